@@ -1,0 +1,1 @@
+"""Static CET leaderboard site builder (see DESIGN.md)."""

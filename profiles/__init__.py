@@ -1,0 +1,1 @@
+"""Package data: model specs (``models/*.yaml``) and device profiles (``devices/*.yaml``)."""

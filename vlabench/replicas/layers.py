@@ -1,0 +1,122 @@
+"""Transformer building blocks shared by every replica (export-friendly: no complex RoPE, no nn.RMSNorm)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm in the Llama form (``weight * norm(x)``) or the Gemma form (``(1 + weight) * norm(x)``)."""
+
+    def __init__(self, dim: int, eps: float, gemma_offset: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.gemma_offset = gemma_offset
+        self.weight = nn.Parameter(torch.zeros(dim) if gemma_offset else torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma_offset:
+            return (normed * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * normed.type_as(x)
+
+
+class AdaptiveRMSNorm(nn.Module):
+    """π0.5's adaRMSNorm: scale, shift and residual gate predicted from a conditioning vector."""
+
+    def __init__(self, dim: int, cond_dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_dim, 3 * dim)
+
+    def forward(self, x: Tensor, cond: Tensor) -> tuple[Tensor, Tensor]:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        scale, shift, gate = self.dense(cond).unsqueeze(1).chunk(3, dim=-1)
+        return (normed * (1 + scale.float()) + shift.float()).to(x.dtype), gate
+
+
+def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Rotate-half RoPE tables for integer ``positions`` (B, S) -> cos, sin of shape (B, 1, S, head_dim)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, S, heads*D) -> (B, heads, S, D)."""
+    batch, seq, _ = x.shape
+    return x.view(batch, seq, heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, heads, S, D) -> (B, S, heads*D)."""
+    batch, heads, seq, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * dim)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+    """Scaled dot-product attention with explicit GQA expansion; ``bias`` is additive, shape (B, 1, S, T)."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """Boolean (B, S, T) "may attend" -> additive bias (B, 1, S, T); fully masked rows stay finite."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)[
+        :, None
+    ]
+
+
+def block_mask(query_blocks: Tensor, key_blocks: Tensor, key_valid: Tensor) -> Tensor:
+    """Prefix-LM mask: a query sees every valid key whose block index is not after its own (lerobot/openpi)."""
+    return (key_blocks[:, None, :] <= query_blocks[:, :, None]) & key_valid[:, None, :]
+
+
+def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
+    """openpi/lerobot sine-cosine embedding of the flow time ``t`` (B,) -> (B, dim)."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    angles = (2 * math.pi / period)[None, :] * t.float()[:, None]
+    return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+
+class SelfAttentionProjections(nn.Module):
+    """q/k/v/o projections of a decoder attention block (HF parameter names)."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, kv_in: int | None = None) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+
+
+class GatedMLP(nn.Module):
+    """SiLU-gated (Llama) or tanh-GELU-gated (Gemma GeGLU) feed-forward block."""
+
+    def __init__(self, hidden: int, intermediate: int, activation: str) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = self.gate_proj(x)
+        gate = F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")
+        return self.down_proj(gate * self.up_proj(x))
