@@ -134,11 +134,8 @@ class ModelSpec(_Strict):
 
 
 def model_names() -> list[str]:
-    return sorted(
-        p.name.removesuffix(".yaml")
-        for p in resources.files("vlabench.profiles").joinpath("models").iterdir()
-        if p.name.endswith(".yaml")
-    )
+    folder = resources.files("vlabench.profiles").joinpath("models")
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 @cache
