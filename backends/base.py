@@ -1,0 +1,53 @@
+"""The one backend interface: a backend prepares a model for a target and returns a two-phase policy."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vlabench.replicas import Observation, PrefixCache
+from vlabench.specs import ModelSpec
+from vlabench.workload import Workload
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class PreparedPolicy(ABC):
+    """A model ready to run on one target. Phase 1 is ``embed_images`` + ``prefill``; phase 2 ``denoise_step``."""
+
+    @abstractmethod
+    def embed_images(self, obs: Observation) -> Tensor: ...
+
+    @abstractmethod
+    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache: ...
+
+    @abstractmethod
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor: ...
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Block until all work queued on the target has finished."""
+
+    def prefix(self, obs: Observation) -> PrefixCache:
+        return self.prefill(obs, self.embed_images(obs))
+
+    def details(self) -> dict[str, Any]:
+        """Backend settings recorded in the result (threads, modes, versions)."""
+        return {}
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        """None when the backend can run on ``device`` here, else why not (shown to the user)."""
+
+    @abstractmethod
+    def prepare(
+        self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
+    ) -> PreparedPolicy:
+        """Build the seeded replica and make it runnable on ``device`` at ``precision``."""

@@ -1,0 +1,213 @@
+"""The ``vlabench`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+import vlabench
+from vlabench.config import RunConfig
+from vlabench.errors import InputError, VlabenchError
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+WIDE = 160  # tables keep their columns when output goes to a file or pipe
+out = Console(width=None if sys.stdout.isatty() else WIDE)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else WIDE)
+
+EXIT_INTERRUPTED = 130
+PROGRESS_AFTER_S = 3.0
+
+
+def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn vlabench errors into one red line and the documented exit code, never a traceback."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except VlabenchError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("[bold red]interrupted[/]: no result was written")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"vlabench {vlabench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Benchmark Vision-Language-Action policies phase by phase: latency, control rate, memory."""
+
+
+def load_config_file(path: Path) -> RunConfig:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: malformed YAML: {exc}") from None
+    try:
+        return RunConfig.model_validate(data or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InputError(f"{path}: invalid run config: {problems}") from None
+
+
+@app.command()
+@reports_errors
+def run(
+    model: Annotated[str | None, typer.Option(help="Model name (see `vlabench models`). [default: smolvla]")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="Device profile or alias: auto, cpu, cuda, jetson, … [default: auto]")
+    ] = None,
+    backend: Annotated[str | None, typer.Option(help="Runtime backend. [default: torch]")] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")
+    ] = None,
+    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    chunk: Annotated[int | None, typer.Option(help="Action chunk length. [default: the model's]")] = None,
+    actions_per_chunk: Annotated[
+        int | None, typer.Option(help="Actions executed per chunk, for the action rate. [default: the model's]")
+    ] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up inferences. [default: 2]")] = None,
+    min_iterations: Annotated[int | None, typer.Option(help="Minimum timed inferences. [default: 10]")] = None,
+    min_duration: Annotated[float | None, typer.Option(help="Minimum timed seconds. [default: 10]")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Cap on timed inferences. [default: 1000]")] = None,
+    control_hz: Annotated[float | None, typer.Option(help="Robot control-rate target, Hz. [default: 10]")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for weights, observations and noise. [default: 0]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads. [default: torch's]")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON on stdout instead of tables.")] = False,
+) -> None:
+    """Measure one model on this host, phase by phase, and write a JSON result."""
+    from vlabench.results import write_result
+    from vlabench.run import execute, plan_run
+
+    flags = {
+        "model": model,
+        "device": device,
+        "backend": backend,
+        "precision": precision,
+        "cameras": cameras,
+        "steps": steps,
+        "chunk": chunk,
+        "actions_per_chunk": actions_per_chunk,
+        "warmup": warmup,
+        "min_iterations": min_iterations,
+        "min_duration_s": min_duration,
+        "max_iterations": max_iterations,
+        "control_hz": control_hz,
+        "seed": seed,
+        "threads": threads,
+        "out": out_dir,
+    }
+    base = load_config_file(config) if config else RunConfig()
+    try:
+        run_config = RunConfig.model_validate(
+            {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors())
+        raise InputError(f"invalid option: {problems}") from None
+    plan = plan_run(run_config)
+    info = err if as_json else out
+    from vlabench.report import plan_summary, result_tables
+
+    info.print(plan_summary(plan))
+    with RunProgress(err) as progress:
+        result = execute(plan, progress.update)
+    path = write_result(result, run_config.out)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        err.print(f"result: {path}")
+        return
+    for renderable in result_tables(result):
+        out.print(renderable)
+    out.print(f"result: [bold]{path}[/]")
+
+
+class RunProgress:
+    """A progress bar that appears only once a run is expected to take more than a few seconds."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.bar: Progress | None = None
+        self.task = None
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def update(self, done: int, expected: int) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.bar is None:
+            if elapsed / done * (expected - done) < PROGRESS_AFTER_S or not self.console.is_terminal:
+                return
+            self.bar = Progress(
+                TextColumn("timing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("timing", total=expected)
+        self.bar.update(self.task, completed=done, total=expected)
+
+
+@app.command()
+@reports_errors
+def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """List the model replicas: parameters, prefix tokens, denoising steps, chunk."""
+    from vlabench.report import model_rows, models_table
+
+    rows = model_rows()
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        out.print(models_table(rows))
+
+
+@app.command()
+@reports_errors
+def devices(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """List the device profiles and mark the hardware detected on this host."""
+    from vlabench.report import device_rows, devices_table
+
+    rows, host_line = device_rows()
+    if as_json:
+        sys.stdout.write(json.dumps({"host": host_line, "profiles": rows}, indent=2) + "\n")
+    else:
+        out.print(devices_table(rows))
+        out.print(host_line)

@@ -1,0 +1,188 @@
+"""Rich renderables and plain rows for the CLI (tables of models, devices, plans and results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from vlabench.devices import all_profiles, detect_host, profile_present, resolve_device
+from vlabench.replicas import count_parameters
+from vlabench.results import RunResult
+from vlabench.specs import load_model_spec, model_names
+from vlabench.workload import Workload
+
+GIB = 1024**3
+
+
+def _table(title: str, columns: list[str], numeric: set[str] = frozenset()) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="right" if column in numeric else "left")
+    return table
+
+
+def model_rows() -> list[dict[str, Any]]:
+    rows = []
+    for name in model_names():
+        spec = load_model_spec(name)
+        workload = Workload.from_spec(spec)
+        params = count_parameters(spec)
+        reference = spec.reference.params if spec.reference else None
+        rows.append(
+            {
+                "name": name,
+                "family": spec.family,
+                "params": params,
+                "reference_params": reference,
+                "params_delta_pct": round((params - reference) / reference * 100, 2) if reference else None,
+                "image_size": spec.vision.image_size,
+                "tokens_per_camera": spec.vision.tokens_per_camera,
+                "cameras": workload.cameras,
+                "prefix_tokens": workload.prefix_tokens,
+                "llm_layers": f"{spec.llm.layers}/{spec.llm.published_layers}",
+                "expert": f"{spec.expert.layers}×{spec.expert.hidden} {spec.expert.attention}",
+                "steps": workload.steps,
+                "chunk": workload.chunk,
+            }
+        )
+    return rows
+
+
+def models_table(rows: list[dict[str, Any]]) -> Table:
+    columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "LLM layers", "expert"]
+    columns += ["steps", "chunk"]
+    table = _table("Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"})
+    for row in rows:
+        reference = row["reference_params"]
+        table.add_row(
+            row["name"],
+            _count(row["params"]),
+            _count(reference) if reference else "tiny",
+            f"{row['params_delta_pct']:+.1f}%" if reference else "",
+            f"{row['image_size']} px",
+            str(row["tokens_per_camera"]),
+            str(row["cameras"]),
+            str(row["prefix_tokens"]),
+            row["llm_layers"],
+            row["expert"],
+            str(row["steps"]),
+            str(row["chunk"]),
+        )
+    return table
+
+
+def device_rows() -> tuple[list[dict[str, Any]], str]:
+    host = detect_host()
+    auto = resolve_device("auto", host)
+    rows = []
+    for profile in all_profiles():
+        peak = profile.peak_tflops.get("bf16") or profile.peak_tflops.get("fp16")
+        rows.append(
+            {
+                "name": profile.name,
+                "display_name": profile.display_name,
+                "kind": profile.kind,
+                "vendor": profile.vendor,
+                "memory_gb": profile.memory_gb.value if profile.memory_gb else None,
+                "bandwidth_gbs": profile.bandwidth_gbs.value if profile.bandwidth_gbs else None,
+                "peak_tflops_16bit": peak.value if peak else None,
+                "tdp_w": profile.tdp_w.value if profile.tdp_w else None,
+                "detected": profile_present(profile, host),
+                "auto": profile.name == auto.profile.name,
+            }
+        )
+    host_line = f"This host: {host.describe()}. --device auto resolves to {auto.profile.name} ({auto.note})."
+    return rows, host_line
+
+
+def devices_table(rows: list[dict[str, Any]]) -> Table:
+    columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "16-bit TFLOP/s", "TDP W"]
+    table = _table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
+    for row in rows:
+        mark = "★" if row["auto"] else "●" if row["detected"] else ""
+        table.add_row(
+            mark,
+            row["name"],
+            row["display_name"],
+            row["kind"],
+            *(_maybe(row[key]) for key in ("memory_gb", "bandwidth_gbs", "peak_tflops_16bit", "tdp_w")),
+        )
+    return table
+
+
+def plan_summary(plan) -> Text:
+    c, w = plan.config, plan.workload
+    lines = [
+        f"model      {plan.spec.name}: {plan.footprint.params / 1e6:,.1f}M parameters, spec {plan.spec.spec_hash}",
+        f"device     {plan.device.profile.name} ({plan.device.profile.display_name}) on {plan.device.torch_device}"
+        f" — {plan.device.note}",
+        f"backend    {plan.backend.name}, precision {plan.precision}",
+        f"workload   {w.cameras} camera(s) × {plan.spec.vision.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
+        f"tokens, {w.steps} denoising steps, chunk {w.chunk}, {w.actions_per_chunk} actions executed per chunk",
+        f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
+        f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",
+        f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
+    ]
+    return Text("\n".join(lines))
+
+
+PHASE_LABELS = {
+    "vision": "vision encoder",
+    "prefill": "VLM prefill",
+    "prefix": "prefix (vision + prefill)",
+    "denoise_step": "denoise step (each)",
+    "action": "action expert (all steps)",
+    "e2e": "end-to-end",
+    "e2e_unsynced": "end-to-end, no inner sync",
+}
+
+
+def result_tables(result: RunResult) -> list[Any]:
+    timing = result.timing
+    e2e = timing.phases["e2e"].p50
+    table = _table(
+        f"{result.model.name} on {result.device.profile} · {result.backend} {result.precision} · "
+        f"{timing.iterations} timed inferences",
+        ["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"],
+        {"p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"},
+    )
+    for name, label in PHASE_LABELS.items():
+        stats = timing.phases[name]
+        share = f"{stats.p50 / e2e:.0%}" if name in ("vision", "prefill", "action") else ""
+        cov = Text(f"{stats.cov:.1%}", style="yellow" if stats.cov > 0.05 else "")
+        table.add_row(
+            label,
+            f"{stats.p50:.2f}",
+            f"{stats.p90:.2f}",
+            f"{stats.p99:.2f}",
+            f"{stats.mean:.2f}",
+            f"{stats.stdev:.2f}",
+            cov,
+            share,
+        )
+    control = result.control
+    verdict = Text("MEETS", style="bold green") if control.meets_target else Text("MISSES", style="bold red")
+    summary = Text.assemble(
+        f"control    {control.inference_hz_p50:.2f} inferences/s (p50); {control.action_hz_p50:.1f} actions/s (p50), "
+        f"{control.action_hz_p99:.1f} (p99) at {control.actions_per_chunk} actions per chunk → ",
+        verdict,
+        f" the {control.control_hz:g} Hz target\n",
+        f"memory     peak RSS {result.memory.peak_rss_bytes / GIB:.2f} GiB",
+        f", CUDA max allocated {result.memory.cuda_max_allocated_bytes / GIB:.2f} GiB"
+        if result.memory.cuda_max_allocated_bytes is not None
+        else "",
+        f"; first inference {timing.first_inference_ms:.1f} ms",
+    )
+    warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
+    return [table, Group(summary, *warnings)]
+
+
+def _count(value: int) -> str:
+    return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M" if value >= 1e6 else f"{value / 1e3:.0f}K"
+
+
+def _maybe(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"

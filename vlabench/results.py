@@ -1,0 +1,134 @@
+"""The versioned result schema and its atomic, one-file-per-run store."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from vlabench.config import RunConfig
+from vlabench.errors import InputError, VlabenchError
+from vlabench.provenance import Provenance
+from vlabench.stats import Stats
+from vlabench.workload import Workload
+
+SCHEMA_VERSION = "1.0"
+
+
+class ModelInfo(BaseModel):
+    name: str
+    family: str
+    spec_hash: str
+    params: int
+    tokens_per_camera: int
+
+
+class DeviceInfo(BaseModel):
+    requested: str
+    profile: str
+    display_name: str
+    kind: str
+    torch_device: str
+    note: str
+
+
+class Timing(BaseModel):
+    """Wall-clock latency per phase, in ms. ``e2e_unsynced`` has no synchronization inside the inference."""
+
+    source: Literal["measured"] = "measured"
+    phases: dict[str, Stats]
+    denoise_steps: list[Stats] = Field(description="per denoising step index")
+    first_inference_ms: float
+    warmup_iterations: int
+    iterations: int
+    timed_duration_s: float
+    samples_ms: dict[str, list[float]]
+
+
+class ControlVerdict(BaseModel):
+    """Whether the policy sustains ``control_hz`` actions per second, executing ``actions_per_chunk`` per chunk."""
+
+    control_hz: float
+    actions_per_chunk: int
+    inference_hz_p50: float
+    inference_hz_p99: float
+    action_hz_p50: float
+    action_hz_p99: float
+    judged_on: Literal["p99"] = "p99"
+    meets_target: bool
+
+
+class MemoryInfo(BaseModel):
+    params: int
+    weights_bytes: int
+    estimated_total_bytes: int
+    peak_rss_bytes: int
+    cuda_max_allocated_bytes: int | None
+
+
+class RunResult(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    config_hash: str
+    started_utc: datetime
+    finished_utc: datetime
+    config: RunConfig
+    workload: Workload
+    model: ModelInfo
+    device: DeviceInfo
+    backend: str
+    backend_details: dict[str, Any]
+    precision: str
+    timing: Timing
+    control: ControlVerdict
+    memory: MemoryInfo
+    warnings: list[str]
+    provenance: Provenance
+
+    def file_name(self) -> str:
+        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
+        parts = (stamp, self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
+        return "_".join(parts) + ".json"
+
+
+def write_result(result: RunResult, out_dir: Path) -> Path:
+    """Write one result file atomically: a temporary file in the same folder, fsynced, then renamed."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / result.file_name()
+        fd, temporary = tempfile.mkstemp(dir=out_dir, prefix=".partial-", suffix=".json")
+    except OSError as exc:
+        raise VlabenchError(f"cannot write results to {out_dir}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(result.model_dump_json(indent=2))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_result(path: Path) -> RunResult:
+    """Read and validate a result file; malformed or foreign files raise InputError naming the problem."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise InputError(f"{path}: schema_version {found!r} is not the supported {SCHEMA_VERSION!r}")
+    try:
+        return RunResult.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{path}: invalid result at {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

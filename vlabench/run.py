@@ -1,0 +1,171 @@
+"""``vlabench run`` without the UI: plan (validate everything before allocating), then execute."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+
+from vlabench.backends import Backend, get_backend, parse_precision
+from vlabench.config import RunConfig
+from vlabench.devices import ResolvedDevice, detect_host, resolve_device
+from vlabench.errors import UnavailableError
+from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
+from vlabench.provenance import collect_provenance
+from vlabench.results import ControlVerdict, DeviceInfo, MemoryInfo, ModelInfo, RunResult, Timing
+from vlabench.runner import Progress, RunnerSettings, measure, step_span_name
+from vlabench.sampler import EulerSampler
+from vlabench.specs import ModelSpec, load_model_spec
+from vlabench.stats import NOISY_COV, Stats, summarize
+from vlabench.workload import Workload, initial_noise, synthetic_observation
+
+INPUT_VARIANTS = 2
+REPORTED_PHASES = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
+NOISE_CHECKED_PHASES = ("vision", "prefill", "action", "e2e")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: RunConfig
+    spec: ModelSpec
+    device: ResolvedDevice
+    backend: Backend
+    precision: str
+    workload: Workload
+    footprint: Footprint
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """Resolve every name and check the run can happen here; raises before anything large is allocated."""
+    spec = load_model_spec(config.model)
+    backend = get_backend(config.backend)
+    device = resolve_device(config.device)
+    default_precision = "bf16" if device.torch_device.type == "cuda" else "fp32"
+    precision = parse_precision(config.precision or default_precision)
+    reason = backend.unavailable_reason(device.torch_device)
+    if reason:
+        raise UnavailableError(f"backend '{backend.name}' cannot run on {device.profile.display_name}: {reason}")
+    workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
+    footprint = estimate_footprint(spec, workload, precision)
+    check_fits(spec, footprint, device.torch_device, precision)
+    return RunPlan(config, spec, device, backend, precision, workload, footprint)
+
+
+def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
+    config, spec, workload = plan.config, plan.spec, plan.workload
+    started = datetime.now(timezone.utc)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    target = plan.device.torch_device
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[plan.precision]
+    if target.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(target)
+    policy = plan.backend.prepare(spec, workload, target, plan.precision, config.seed)
+    inputs = [
+        (
+            synthetic_observation(spec, workload, config.seed + i, dtype, target),
+            initial_noise(workload, config.seed + i, dtype, target),
+        )
+        for i in range(INPUT_VARIANTS)
+    ]
+    settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
+    measurement = measure(policy, EulerSampler(workload.steps, workload.batch, target), inputs, settings, progress)
+
+    samples = measurement.samples_ms
+    steps = [samples[step_span_name(i)] for i in range(workload.steps)]
+    samples["denoise_step"] = [value for step in steps for value in step]
+    phases = {name: summarize(samples[name]) for name in REPORTED_PHASES}
+    timing = Timing(
+        phases=phases,
+        denoise_steps=[summarize(step) for step in steps],
+        first_inference_ms=measurement.first_inference_ms,
+        warmup_iterations=max(config.warmup, 1),
+        iterations=measurement.iterations,
+        timed_duration_s=measurement.timed_duration_s,
+        samples_ms=samples,
+    )
+    host = detect_host()
+    return RunResult(
+        run_id=uuid.uuid4().hex,
+        config_hash=config_hash(plan),
+        started_utc=started,
+        finished_utc=datetime.now(timezone.utc),
+        config=config,
+        workload=workload,
+        model=ModelInfo(
+            name=spec.name,
+            family=spec.family,
+            spec_hash=spec.spec_hash,
+            params=plan.footprint.params,
+            tokens_per_camera=spec.vision.tokens_per_camera,
+        ),
+        device=DeviceInfo(
+            requested=plan.device.requested,
+            profile=plan.device.profile.name,
+            display_name=plan.device.profile.display_name,
+            kind=plan.device.profile.kind,
+            torch_device=str(target),
+            note=plan.device.note,
+        ),
+        backend=plan.backend.name,
+        backend_details=policy.details(),
+        precision=plan.precision,
+        timing=timing,
+        control=control_verdict(phases["e2e"], workload.actions_per_chunk, config.control_hz),
+        memory=MemoryInfo(
+            params=plan.footprint.params,
+            weights_bytes=plan.footprint.weights_bytes,
+            estimated_total_bytes=plan.footprint.total_bytes,
+            peak_rss_bytes=peak_rss_bytes(),
+            cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
+        ),
+        warnings=measurement_warnings(phases, config, measurement.iterations, measurement.timed_duration_s),
+        provenance=collect_provenance(host, torch.get_num_threads()),
+    )
+
+
+def control_verdict(e2e: Stats, actions_per_chunk: int, control_hz: float) -> ControlVerdict:
+    """Action rate = actions executed per chunk / inference latency; the target must hold at p99."""
+    action_hz_p99 = actions_per_chunk * 1000.0 / e2e.p99
+    return ControlVerdict(
+        control_hz=control_hz,
+        actions_per_chunk=actions_per_chunk,
+        inference_hz_p50=1000.0 / e2e.p50,
+        inference_hz_p99=1000.0 / e2e.p99,
+        action_hz_p50=actions_per_chunk * 1000.0 / e2e.p50,
+        action_hz_p99=action_hz_p99,
+        meets_target=action_hz_p99 >= control_hz,
+    )
+
+
+def measurement_warnings(phases: dict[str, Stats], config: RunConfig, iterations: int, duration_s: float) -> list[str]:
+    warnings = [
+        f"{name}: coefficient of variation {phases[name].cov:.1%} exceeds {NOISY_COV:.0%}; the timing is noisy "
+        "(other load, frequency scaling or thermal throttling)"
+        for name in NOISE_CHECKED_PHASES
+        if phases[name].cov > NOISY_COV
+    ]
+    if iterations >= config.max_iterations and duration_s < config.min_duration_s:
+        warnings.append(
+            f"stopped at --max-iterations {config.max_iterations} after {duration_s:.1f} s, before the "
+            f"{config.min_duration_s:.0f} s minimum duration"
+        )
+    return warnings
+
+
+def config_hash(plan: RunPlan) -> str:
+    """Identity of what was measured: model spec, workload, device profile, backend, precision, seed."""
+    identity = {
+        "spec": plan.spec.spec_hash,
+        "workload": plan.workload.model_dump(),
+        "device": plan.device.profile.name,
+        "backend": plan.backend.name,
+        "precision": plan.precision,
+        "seed": plan.config.seed,
+        "threads": plan.config.threads,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

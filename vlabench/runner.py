@@ -1,0 +1,124 @@
+"""Timing loop: warm-up, then interleaved phase-synchronized and unsynchronized iterations."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+from torch import Tensor
+
+from vlabench.backends import PreparedPolicy
+from vlabench.replicas import Observation
+from vlabench.sampler import EulerSampler
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    warmup: int
+    min_iterations: int
+    min_duration_s: float
+    max_iterations: int
+
+
+class SpanRecorder:
+    """Named wall-clock spans; the target is synchronized at both edges so each span covers finished work."""
+
+    def __init__(self, synchronize: Callable[[], None]) -> None:
+        self.synchronize = synchronize
+        self.samples_ms: dict[str, list[float]] = defaultdict(list)
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        self.synchronize()
+        start = perf_counter_ns()
+        yield
+        self.synchronize()
+        self.samples_ms[name].append((perf_counter_ns() - start) / 1e6)
+
+
+@dataclass
+class Measurement:
+    samples_ms: dict[str, list[float]]
+    first_inference_ms: float
+    iterations: int
+    timed_duration_s: float
+    actions: Tensor = field(repr=False)
+
+
+def step_span_name(index: int) -> str:
+    return f"denoise_step[{index}]"
+
+
+def phased_inference(
+    policy: PreparedPolicy, sampler: EulerSampler, obs: Observation, noise: Tensor, recorder: SpanRecorder
+) -> Tensor:
+    """One inference with a synchronized span around every phase and every denoising step."""
+    with recorder.span("e2e"):
+        with recorder.span("prefix"):
+            with recorder.span("vision"):
+                image_tokens = policy.embed_images(obs)
+            with recorder.span("prefill"):
+                cache = policy.prefill(obs, image_tokens)
+        with recorder.span("action"):
+            return sampler.sample(policy, cache, noise, lambda i: recorder.span(step_span_name(i)))
+
+
+def plain_inference(policy: PreparedPolicy, sampler: EulerSampler, obs: Observation, noise: Tensor) -> Tensor:
+    """One inference with no synchronization inside; the caller synchronizes once at the end."""
+    return sampler.sample(policy, policy.prefix(obs), noise)
+
+
+def measure(
+    policy: PreparedPolicy,
+    sampler: EulerSampler,
+    inputs: Sequence[tuple[Observation, Tensor]],
+    settings: RunnerSettings,
+    progress: Progress | None = None,
+) -> Measurement:
+    """Warm up, then alternate phased and unsynchronized iterations until both the minimum iteration count and
+    the minimum duration are met (or ``max_iterations`` is reached). Inputs are cycled, already on the target."""
+    warm = SpanRecorder(policy.synchronize)
+    for index in range(max(settings.warmup, 1)):
+        obs, noise = inputs[index % len(inputs)]
+        phased_inference(policy, sampler, obs, noise, warm)
+    first_inference_ms = warm.samples_ms["e2e"][0]
+
+    recorder = SpanRecorder(policy.synchronize)
+    unsynced: list[float] = []
+    started = perf_counter_ns()
+    iterations = 0
+    actions = noise
+    while iterations < settings.max_iterations:
+        elapsed_s = (perf_counter_ns() - started) / 1e9
+        if iterations >= settings.min_iterations and elapsed_s >= settings.min_duration_s:
+            break
+        obs, noise = inputs[iterations % len(inputs)]
+        actions = phased_inference(policy, sampler, obs, noise, recorder)
+        policy.synchronize()
+        begin = perf_counter_ns()
+        plain_inference(policy, sampler, obs, noise)
+        policy.synchronize()
+        unsynced.append((perf_counter_ns() - begin) / 1e6)
+        iterations += 1
+        if progress:
+            progress(iterations, _expected_iterations(settings, iterations, perf_counter_ns() - started))
+    samples = dict(recorder.samples_ms)
+    samples["e2e_unsynced"] = unsynced
+    return Measurement(
+        samples_ms=samples,
+        first_inference_ms=first_inference_ms,
+        iterations=iterations,
+        timed_duration_s=(perf_counter_ns() - started) / 1e9,
+        actions=actions,
+    )
+
+
+def _expected_iterations(settings: RunnerSettings, done: int, elapsed_ns: int) -> int:
+    per_iteration_s = elapsed_ns / 1e9 / done
+    by_duration = int(settings.min_duration_s / per_iteration_s) + 1 if per_iteration_s > 0 else done
+    return min(settings.max_iterations, max(settings.min_iterations, by_duration, done))
