@@ -89,6 +89,9 @@ class ActionSpec(_Strict):
     action_dim: int = Field(gt=0)
     state_dim: int = Field(gt=0)
     state_placement: Literal["prefix_token", "suffix_token", "language"]
+    action_attention: Literal["bidirectional", "causal"] = Field(
+        description="how action tokens see each other (SmolVLA: causal; π0/π0.5: one bidirectional block)"
+    )
     time_min_period: float = 4e-3
     time_max_period: float = 4.0
 

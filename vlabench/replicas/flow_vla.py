@@ -201,7 +201,10 @@ class FlowMatchingVLA(nn.Module):
             tokens = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(mixed)))
         else:
             cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(time_emb))))
-        blocks = torch.ones(tokens.shape[1], dtype=torch.long, device=x_t.device)
+        if action.action_attention == "causal":
+            blocks = torch.arange(1, tokens.shape[1] + 1, device=x_t.device)
+        else:
+            blocks = torch.ones(tokens.shape[1], dtype=torch.long, device=x_t.device)
         if state is not None:
             tokens = torch.cat([self.state_proj(state)[:, None].to(tokens.dtype), tokens], dim=1)
             blocks = torch.cat([blocks[:1], blocks + 1])

@@ -1,0 +1,32 @@
+import pytest
+import torch
+
+from vlabench.specs import load_model_spec
+from vlabench.workload import Workload, initial_noise, synthetic_observation
+
+TINY_MODELS = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """Tests share two cores with other processes; one intra-op thread keeps tiny-model timing sane."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def tiny_inputs():
+    def make(name: str, seed: int = 0, dtype: torch.dtype = torch.float32):
+        spec = load_model_spec(name)
+        workload = Workload.from_spec(spec)
+        cpu = torch.device("cpu")
+        return (
+            spec,
+            workload,
+            synthetic_observation(spec, workload, seed, dtype, cpu),
+            initial_noise(workload, seed, dtype, cpu),
+        )
+
+    return make

@@ -1,0 +1,105 @@
+import pytest
+
+from vlabench.devices import HostInfo, read_cpu_model, read_jetson_model, resolve_device
+from vlabench.errors import InputError, UnavailableError
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 167
+model name\t: 11th Gen Intel(R) Core(TM) i7-11700 @ 2.50GHz
+stepping\t: 1
+"""
+
+# /proc/cpuinfo tail on a Raspberry Pi 5 (Raspberry Pi OS bookworm): Arm fields, then a "Model" line.
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 108.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0xd0b
+CPU revision\t: 1
+
+Revision\t: d04170
+Serial\t\t: 2c1e5c1d8f3a4b7e
+Model\t\t: Raspberry Pi 5 Model B Rev 1.0
+"""
+
+
+def host(**overrides) -> HostInfo:
+    values = dict(
+        arch="x86_64",
+        cpu_model="AMD EPYC",
+        logical_cores=2,
+        physical_cores=2,
+        memory_gb=24.0,
+        cuda_devices=(),
+        jetson_model=None,
+    )
+    values.update(overrides)
+    return HostInfo(**values)
+
+
+def test_cpu_model_read_from_recorded_cpuinfo(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(X86_CPUINFO)
+    assert read_cpu_model(path) == "11th Gen Intel(R) Core(TM) i7-11700 @ 2.50GHz"
+    path.write_text(ARM_CPUINFO)
+    assert read_cpu_model(path) == "Raspberry Pi 5 Model B Rev 1.0"
+
+
+def test_jetson_model_read_from_device_tree(tmp_path):
+    model = tmp_path / "model"
+    model.write_bytes(b"NVIDIA Jetson AGX Orin Developer Kit\x00")
+    assert read_jetson_model(model) == "NVIDIA Jetson AGX Orin Developer Kit"
+    model.write_bytes(b"Raspberry Pi 5 Model B Rev 1.0\x00")
+    assert read_jetson_model(model) is None
+    assert read_jetson_model(tmp_path / "missing") is None
+
+
+def test_auto_on_an_unknown_x86_cpu_uses_the_generic_profile():
+    resolved = resolve_device("auto", host())
+    assert resolved.profile.name == "generic-x86-cpu"
+    assert resolved.torch_device.type == "cpu"
+    assert "generic" in resolved.note
+
+
+def test_auto_prefers_a_matching_gpu_and_cpu_alias_stays_on_cpu():
+    gpu_host = host(cuda_devices=("NVIDIA H200",))
+    assert resolve_device("auto", gpu_host).profile.name == "h200"
+    assert resolve_device("cuda", gpu_host).torch_device.type == "cuda"
+    assert resolve_device("cpu", gpu_host).profile.kind == "cpu"
+
+
+def test_unlisted_gpu_gets_a_generic_profile_from_detection():
+    resolved = resolve_device("cuda", host(cuda_devices=("NVIDIA RTX A2000",)))
+    assert resolved.profile.name == "generic-cuda-gpu"
+    assert "A2000" in resolved.profile.display_name
+
+
+def test_jetson_alias_resolves_to_the_module_on_a_jetson():
+    jetson = host(arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",))
+    assert resolve_device("jetson", jetson).profile.name == "jetson-agx-orin-64gb"
+    assert resolve_device("auto", jetson).profile.name == "jetson-agx-orin-64gb"
+
+
+def test_jetson_alias_elsewhere_names_what_was_detected():
+    with pytest.raises(UnavailableError, match=r"not a Jetson \(detected: AMD EPYC"):
+        resolve_device("jetson", host())
+
+
+def test_cuda_request_without_cuda_says_so():
+    with pytest.raises(UnavailableError, match="no CUDA device"):
+        resolve_device("cuda", host())
+
+
+def test_profile_of_absent_hardware_is_refused():
+    with pytest.raises(UnavailableError, match="not present on this host"):
+        resolve_device("rtx-4090", host())
+
+
+def test_unknown_device_suggests_the_closest_name():
+    with pytest.raises(InputError, match="Did you mean 'rtx-4090'") as info:
+        resolve_device("rtx4090", host())
+    assert "jetson" in str(info.value) and "auto" in str(info.value)

@@ -1,0 +1,125 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from vlabench.config import RunConfig
+from vlabench.errors import InputError, InsufficientMemoryError
+from vlabench.memory import Footprint, check_fits, estimate_footprint
+from vlabench.results import SCHEMA_VERSION, load_result, write_result
+from vlabench.run import control_verdict, execute, plan_run
+from vlabench.specs import load_model_spec
+from vlabench.stats import summarize
+from vlabench.workload import Workload
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    config = RunConfig(model="pi0-tiny", warmup=1, min_iterations=3, min_duration_s=0, threads=1)
+    return execute(plan_run(config))
+
+
+def test_result_records_config_statistics_and_provenance(tiny_result):
+    result = tiny_result
+    assert result.schema_version == SCHEMA_VERSION
+    assert result.model.name == "pi0-tiny" and len(result.model.spec_hash) == 16
+    assert result.config.min_iterations == 3 and result.workload.prefix_tokens == 3 * 16 + 16
+    assert set(result.timing.phases) >= {"vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced"}
+    assert len(result.timing.denoise_steps) == 10
+    assert result.timing.phases["denoise_step"].count == 30
+    e2e = result.timing.phases["e2e"]
+    assert e2e.min <= e2e.p50 <= e2e.p90 <= e2e.p99 <= e2e.max
+    provenance = result.provenance
+    assert provenance.libraries["torch"] and provenance.python and provenance.cpu_cores_logical >= 1
+    assert provenance.command_line
+    assert result.memory.peak_rss_bytes > 0 and result.memory.cuda_max_allocated_bytes is None
+    assert result.started_utc <= result.finished_utc
+
+
+def test_result_round_trips_through_the_store(tiny_result, tmp_path):
+    path = write_result(tiny_result, tmp_path)
+    assert path.parent == tmp_path and path.name.endswith(".json") and "pi0-tiny" in path.name
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary files left behind
+    assert load_result(path) == tiny_result
+
+
+def test_malformed_results_are_rejected_with_the_file_name(tiny_result, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(InputError, match=r"broken\.json: not valid JSON"):
+        load_result(broken)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema_version": "0.1"}))
+    with pytest.raises(InputError, match="schema_version"):
+        load_result(old)
+    data = json.loads(tiny_result.model_dump_json())
+    del data["timing"]["phases"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"timing\.phases"):
+        load_result(partial)
+
+
+def test_killed_writer_leaves_no_result_file(tiny_result, tmp_path):
+    """A writer killed mid-write leaves only its hidden temporary file, never a partial result."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from vlabench.results import RunResult, write_result
+        result = RunResult.model_validate_json(Path({str(tmp_path / "source.txt")!r}).read_text())
+        real_fsync = os.fsync
+        def slow_fsync(fd):
+            print("writing", flush=True)
+            time.sleep(30)
+        os.fsync = slow_fsync
+        write_result(result, Path({str(tmp_path / "out")!r}))
+        """
+    )
+    (tmp_path / "source.txt").write_text(tiny_result.model_dump_json())
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "writing"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    results = [p for p in (tmp_path / "out").iterdir() if not p.name.startswith(".partial-")]
+    assert results == []
+
+
+def test_control_verdict_uses_actions_per_chunk_and_p99():
+    e2e = summarize([100.0] * 98 + [400.0, 500.0])
+    verdict = control_verdict(e2e, actions_per_chunk=5, control_hz=10)
+    assert verdict.inference_hz_p50 == pytest.approx(10.0)
+    assert verdict.action_hz_p50 == pytest.approx(50.0)
+    assert verdict.action_hz_p99 == pytest.approx(5 * 1000 / e2e.p99)
+    assert verdict.meets_target is (verdict.action_hz_p99 >= 10)
+    assert control_verdict(summarize([100.0] * 10), 1, 10).meets_target
+    assert not control_verdict(summarize([101.0] * 10), 1, 10).meets_target
+
+
+def test_footprint_counts_weights_at_the_run_precision():
+    spec = load_model_spec("pi0")
+    workload = Workload.from_spec(spec)
+    fp32 = estimate_footprint(spec, workload, "fp32")
+    bf16 = estimate_footprint(spec, workload, "bf16")
+    assert fp32.weights_bytes == 4 * fp32.params == 2 * bf16.weights_bytes
+    # 18 layers x (K, V) x 1 KV head x 816 tokens x 256 dims x 2 bytes ≈ 15 MB (models.md §2)
+    assert bf16.kv_cache_bytes == 18 * 2 * 816 * 256 * 2
+    assert fp32.total_bytes > fp32.weights_bytes
+
+
+def test_a_model_that_does_not_fit_is_refused_with_the_numbers():
+    import torch
+
+    spec = load_model_spec("pi0")
+    huge = Footprint(params=1, weights_bytes=2**60, kv_cache_bytes=0, activation_bytes=0, total_bytes=2**60)
+    with pytest.raises(InsufficientMemoryError, match=r"needs about .* GiB .* only .* GiB is available"):
+        check_fits(spec, huge, torch.device("cpu"), "fp32")
+
+
+def test_plan_refuses_before_allocating():
+    with pytest.raises(InsufficientMemoryError):
+        plan_run(RunConfig(model="pi0", cameras=20000))

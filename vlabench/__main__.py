@@ -1,0 +1,3 @@
+from vlabench.cli import app
+
+app(prog_name="vlabench")
