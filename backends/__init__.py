@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from vlabench.backends.base import PRECISIONS, Backend, PreparedPolicy
 from vlabench.backends.torch_backend import TorchBackend
-
 from vlabench.errors import unknown_name
 
 __all__ = ["BACKENDS", "PRECISIONS", "Backend", "PreparedPolicy", "get_backend", "parse_precision"]

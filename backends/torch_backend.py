@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from vlabench.backends.base import PRECISIONS, Backend, PreparedPolicy
 
+from vlabench.backends.base import PRECISIONS, Backend, PreparedPolicy
 from vlabench.replicas import FlowMatchingVLA, Observation, PrefixCache, build_replica
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload

@@ -14,8 +14,8 @@ from time import perf_counter
 
 import numpy as np
 import torch
-from vlabench.backends import get_backend
 
+from vlabench.backends import get_backend
 from vlabench.runner import RunnerSettings, measure
 from vlabench.sampler import EulerSampler
 from vlabench.specs import load_model_spec

@@ -4,8 +4,6 @@ import torch
 from vlabench.specs import load_model_spec
 from vlabench.workload import Workload, initial_noise, synthetic_observation
 
-TINY_MODELS = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
-
 
 @pytest.fixture(autouse=True)
 def _single_thread():

@@ -123,3 +123,23 @@ def test_a_model_that_does_not_fit_is_refused_with_the_numbers():
 def test_plan_refuses_before_allocating():
     with pytest.raises(InsufficientMemoryError):
         plan_run(RunConfig(model="pi0", cameras=20000))
+
+
+def test_warnings_name_noisy_phases_background_load_and_the_cap():
+    from vlabench.provenance import SystemState
+    from vlabench.run import measurement_warnings
+    from vlabench.runner import Measurement
+
+    steady, noisy = summarize([10.0] * 10), summarize([5.0, 15.0] * 5)
+    phases = {"vision": steady, "prefill": noisy, "action": steady, "e2e": steady}
+    capped = Measurement(samples_ms={}, first_inference_ms=1.0, iterations=5, timed_duration_s=1.0, actions=None)
+    quiet = SystemState(background_cpu_percent=3.0, load_average_1m=0.1)
+    busy = SystemState(background_cpu_percent=90.0, load_average_1m=2.0)
+    config = RunConfig(max_iterations=5, min_duration_s=10)
+    messages = measurement_warnings(phases, config, capped, busy)
+    assert any(m.startswith("prefill: coefficient of variation 52.7%") for m in messages)
+    assert not any(m.startswith("vision") for m in messages)
+    assert any("90% busy" in m for m in messages)
+    assert any("--max-iterations 5" in m for m in messages)
+    uncapped = Measurement(samples_ms={}, first_inference_ms=1.0, iterations=5, timed_duration_s=11.0, actions=None)
+    assert measurement_warnings(dict.fromkeys(phases, steady), config, uncapped, quiet) == []

@@ -2,8 +2,8 @@ import time
 
 import pytest
 import torch
-from vlabench.backends import get_backend
 
+from vlabench.backends import get_backend
 from vlabench.runner import RunnerSettings, SpanRecorder, measure, step_span_name
 from vlabench.sampler import EulerSampler
 from vlabench.stats import summarize

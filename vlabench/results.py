@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, VlabenchError
-from vlabench.provenance import Provenance
+from vlabench.provenance import Provenance, SystemState
 from vlabench.stats import Stats
 from vlabench.workload import Workload
 
@@ -88,6 +88,7 @@ class RunResult(BaseModel):
     control: ControlVerdict
     memory: MemoryInfo
     warnings: list[str]
+    system_state: SystemState
     provenance: Provenance
 
     def file_name(self) -> str:

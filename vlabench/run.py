@@ -15,9 +15,9 @@ from vlabench.config import RunConfig
 from vlabench.devices import ResolvedDevice, detect_host, resolve_device
 from vlabench.errors import UnavailableError
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
-from vlabench.provenance import collect_provenance
+from vlabench.provenance import SystemState, collect_provenance, sample_system_state
 from vlabench.results import ControlVerdict, DeviceInfo, MemoryInfo, ModelInfo, RunResult, Timing
-from vlabench.runner import Progress, RunnerSettings, measure, step_span_name
+from vlabench.runner import Measurement, Progress, RunnerSettings, measure, step_span_name
 from vlabench.sampler import EulerSampler
 from vlabench.specs import ModelSpec, load_model_spec
 from vlabench.stats import NOISY_COV, Stats, summarize
@@ -26,6 +26,7 @@ from vlabench.workload import Workload, initial_noise, synthetic_observation
 INPUT_VARIANTS = 2
 REPORTED_PHASES = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
 NOISE_CHECKED_PHASES = ("vision", "prefill", "action", "e2e")
+BUSY_BACKGROUND_PERCENT = 25.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
     config, spec, workload = plan.config, plan.spec, plan.workload
     started = datetime.now(timezone.utc)
+    system_state = sample_system_state()
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
@@ -123,7 +125,8 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
             peak_rss_bytes=peak_rss_bytes(),
             cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
         ),
-        warnings=measurement_warnings(phases, config, measurement.iterations, measurement.timed_duration_s),
+        warnings=measurement_warnings(phases, config, measurement, system_state),
+        system_state=system_state,
         provenance=collect_provenance(host, torch.get_num_threads()),
     )
 
@@ -142,17 +145,24 @@ def control_verdict(e2e: Stats, actions_per_chunk: int, control_hz: float) -> Co
     )
 
 
-def measurement_warnings(phases: dict[str, Stats], config: RunConfig, iterations: int, duration_s: float) -> list[str]:
+def measurement_warnings(
+    phases: dict[str, Stats], config: RunConfig, measurement: Measurement, system: SystemState
+) -> list[str]:
     warnings = [
         f"{name}: coefficient of variation {phases[name].cov:.1%} exceeds {NOISY_COV:.0%}; the timing is noisy "
         "(other load, frequency scaling or thermal throttling)"
         for name in NOISE_CHECKED_PHASES
         if phases[name].cov > NOISY_COV
     ]
-    if iterations >= config.max_iterations and duration_s < config.min_duration_s:
+    if system.background_cpu_percent > BUSY_BACKGROUND_PERCENT:
         warnings.append(
-            f"stopped at --max-iterations {config.max_iterations} after {duration_s:.1f} s, before the "
-            f"{config.min_duration_s:.0f} s minimum duration"
+            f"other processes kept the CPUs {system.background_cpu_percent:.0f}% busy before the run started; "
+            "close them for reproducible timings"
+        )
+    if measurement.iterations >= config.max_iterations and measurement.timed_duration_s < config.min_duration_s:
+        warnings.append(
+            f"stopped at --max-iterations {config.max_iterations} after {measurement.timed_duration_s:.1f} s, "
+            f"before the {config.min_duration_s:g} s minimum duration"
         )
     return warnings
 
