@@ -1,6 +1,9 @@
+from pathlib import Path
+
 import pytest
 
-from vlabench.devices import HostInfo, read_cpu_model, read_jetson_model, resolve_device
+from vlabench.detection import HostInfo, parse_npu_smi_chips, read_cpu_model, read_jetson_model, read_l4t_release
+from vlabench.devices import resolve_device
 from vlabench.errors import InputError, UnavailableError
 
 X86_CPUINFO = """processor\t: 0
@@ -103,3 +106,28 @@ def test_unknown_device_suggests_the_closest_name():
     with pytest.raises(InputError, match="Did you mean 'rtx-4090'") as info:
         resolve_device("rtx4090", host())
     assert "jetson" in str(info.value) and "auto" in str(info.value)
+
+
+DATA = Path(__file__).parent / "data" / "detection"
+
+
+@pytest.mark.parametrize("release", ["36.4.3", "35.4.1"])
+def test_l4t_release_from_nv_tegra_release(tmp_path, release):
+    """Recorded /etc/nv_tegra_release files from JetPack 6.2 (L4T 36.4.3) and JetPack 5.1.2 (L4T 35.4.1)."""
+    assert read_l4t_release(DATA / f"nv_tegra_release_r{release}") == release
+    assert read_l4t_release(tmp_path / "absent") is None
+
+
+def test_ascend_chip_names_from_npu_smi():
+    """`npu-smi info` on an Atlas 300I Duo (Ascend 310P3), abridged to the chip table."""
+    assert parse_npu_smi_chips((DATA / "npu_smi_info_310p3.txt").read_text()) == ("310P3",)
+    assert parse_npu_smi_chips("no devices") == ()
+
+
+def test_openvino_detection_reports_this_cpu():
+    openvino = pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from vlabench.detection import openvino_device_names
+
+    names = openvino_device_names()
+    assert "CPU" in openvino.Core().available_devices
+    assert len(names) == len(openvino.Core().available_devices) and all(names)

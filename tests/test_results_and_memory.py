@@ -126,15 +126,14 @@ def test_plan_refuses_before_allocating():
 
 
 def test_warnings_name_noisy_phases_background_load_and_the_cap():
-    from vlabench.provenance import SystemState
     from vlabench.run import measurement_warnings
     from vlabench.runner import Measurement
 
     steady, noisy = summarize([10.0] * 10), summarize([5.0, 15.0] * 5)
     phases = {"vision": steady, "prefill": noisy, "action": steady, "e2e": steady}
     capped = Measurement(samples_ms={}, first_inference_ms=1.0, iterations=5, timed_duration_s=1.0, actions=None)
-    quiet = SystemState(background_cpu_percent=3.0, load_average_1m=0.1)
-    busy = SystemState(background_cpu_percent=90.0, load_average_1m=2.0)
+    quiet = quiet_state(3.0)
+    busy = quiet_state(90.0)
     config = RunConfig(max_iterations=5, min_duration_s=10)
     messages = measurement_warnings(phases, config, capped, busy)
     assert any(m.startswith("prefill: coefficient of variation 52.7%") for m in messages)
@@ -143,3 +142,17 @@ def test_warnings_name_noisy_phases_background_load_and_the_cap():
     assert any("--max-iterations 5" in m for m in messages)
     uncapped = Measurement(samples_ms={}, first_inference_ms=1.0, iterations=5, timed_duration_s=11.0, actions=None)
     assert measurement_warnings(dict.fromkeys(phases, steady), config, uncapped, quiet) == []
+
+
+def quiet_state(busy_percent: float):
+    from vlabench.system_state import SystemState
+
+    return SystemState(
+        background_cpu_percent=busy_percent,
+        load_average_1m=0.1,
+        cpu_governor="performance",
+        cpu_freq_mhz=None,
+        cpu_freq_max_mhz=None,
+        jetson_power_mode=None,
+        gpu=None,
+    )

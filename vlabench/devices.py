@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import platform
 import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Literal
 
-import psutil
 import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vlabench.detection import HostInfo, detect_host
 from vlabench.errors import InputError, UnavailableError, unknown_name
 
 FAMILY_ALIASES = ("auto", "host", "cpu", "cuda", "gpu", "jetson")
@@ -35,10 +33,46 @@ class Detection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu_model: str | None = None
-    cuda_name: str | None = None
-    jetson_model: str | None = None
-    arch: str | None = None
+    cpu_model: str | None = Field(default=None, description="matched against /proc/cpuinfo's model name")
+    cuda_name: str | None = Field(default=None, description="matched against NVML / torch CUDA device names")
+    jetson_model: str | None = Field(default=None, description="matched against /proc/device-tree/model")
+    openvino_device: str | None = Field(default=None, description="matched against OpenVINO FULL_DEVICE_NAMEs")
+    ascend_chip: str | None = Field(default=None, description="matched against `npu-smi info` chip names")
+    arch: str | None = Field(default=None, description="matched against platform.machine()")
+
+
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+SensorName = Literal["nvml", "jetson-ina3221", "tegrastats", "rapl", "npu-smi", "external-csv"]
+
+
+class Price(BaseModel):
+    """Purchase price; ``estimate`` marks street or analyst prices rather than a vendor list price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    usd: float = Field(gt=0)
+    source: str
+    url: str
+    date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$", description="when the price applied, YYYY-MM[-DD]")
+    estimate: bool = False
+
+
+class PowerMode(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    watts: float = Field(gt=0)
+    source: str
+
+
+class Engine(BaseModel):
+    """A compute engine a backend can target on a multi-engine device (e.g. Core Ultra CPU, iGPU and NPU)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["cpu", "gpu", "npu", "dla"]
+    openvino_device: str | None = None
+    peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
 
 
 class DeviceProfile(BaseModel):
@@ -48,31 +82,20 @@ class DeviceProfile(BaseModel):
     display_name: str
     kind: Literal["cpu", "gpu", "soc", "npu", "xpu"]
     vendor: str
-    torch_device: Literal["cpu", "cuda"]
+    torch_device: Literal["cpu", "cuda", "xpu", "npu"]
     detect: Detection
     memory_gb: Figure | None = None
     bandwidth_gbs: Figure | None = None
-    peak_tflops: dict[Literal["fp32", "fp16", "bf16", "int8"], Figure] = Field(default_factory=dict)
+    peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
     tdp_w: Figure | None = None
+    idle_w: Figure | None = Field(default=None, description="idle power, for estimated energy")
+    power_modes: list[PowerMode] = Field(default_factory=list)
+    price: Price | None = None
+    sensors: list[SensorName] = Field(default_factory=list)
+    backends: list[str] = Field(default_factory=list, description="runtimes that serve this device")
+    engines: dict[str, Engine] = Field(default_factory=dict)
+    ceilings_measured: bool = Field(default=False, description="peak and bandwidth come from micro-benchmarks")
     notes: str = ""
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    arch: str
-    cpu_model: str
-    logical_cores: int
-    physical_cores: int
-    memory_gb: float
-    cuda_devices: tuple[str, ...]
-    jetson_model: str | None
-
-    def describe(self) -> str:
-        parts = [f"{self.cpu_model} ({self.physical_cores} cores, {self.memory_gb:.0f} GB RAM)"]
-        parts += [f"CUDA GPU '{name}'" for name in self.cuda_devices]
-        if self.jetson_model:
-            parts.append(f"Jetson '{self.jetson_model}'")
-        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -110,52 +133,21 @@ def all_profiles() -> list[DeviceProfile]:
     return [load_device_profile(name) for name in profile_names()]
 
 
-def read_cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's marketing name from /proc/cpuinfo (x86 'model name', Arm 'Model'/'Hardware'), else platform."""
-    try:
-        text = cpuinfo.read_text(errors="replace")
-    except OSError:
-        text = ""
-    for key in ("model name", "Model", "Hardware"):
-        match = re.search(rf"^{key}\s*:\s*(.+)$", text, flags=re.MULTILINE)
-        if match:
-            return match.group(1).strip()
-    return platform.processor() or platform.machine()
-
-
-def read_jetson_model(device_tree_model: Path = Path("/proc/device-tree/model")) -> str | None:
-    try:
-        model = device_tree_model.read_text(errors="replace").strip("\x00\n ")
-    except OSError:
-        return None
-    return model if "jetson" in model.lower() else None
-
-
-@cache
-def detect_host() -> HostInfo:
-    cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    return HostInfo(
-        arch=platform.machine(),
-        cpu_model=read_cpu_model(),
-        logical_cores=psutil.cpu_count(logical=True) or 1,
-        physical_cores=psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True) or 1,
-        memory_gb=psutil.virtual_memory().total / 1e9,
-        cuda_devices=cuda,
-        jetson_model=read_jetson_model(),
-    )
-
-
 def _matches(pattern: str | None, value: str | None) -> bool:
     return bool(pattern and value and re.search(pattern, value, flags=re.IGNORECASE))
 
 
 def profile_present(profile: DeviceProfile, host: HostInfo) -> bool:
-    """Whether the hardware a profile describes is on this host."""
+    """Whether the hardware a profile describes is on this host (its most specific rule decides)."""
     rules = profile.detect
     if rules.jetson_model:
         return _matches(rules.jetson_model, host.jetson_model)
     if rules.cuda_name:
         return any(_matches(rules.cuda_name, name) for name in host.cuda_devices)
+    if rules.ascend_chip:
+        return any(_matches(rules.ascend_chip, chip) for chip in host.ascend_chips)
+    if rules.openvino_device and not rules.cpu_model:
+        return any(_matches(rules.openvino_device, name) for name in host.openvino_devices)
     if rules.cpu_model:
         return _matches(rules.cpu_model, host.cpu_model)
     return _matches(rules.arch, host.arch)
@@ -166,7 +158,8 @@ def detected_profiles(host: HostInfo) -> list[DeviceProfile]:
 
     def specificity(profile: DeviceProfile) -> int:
         rules = profile.detect
-        return 0 if rules.jetson_model else 1 if rules.cuda_name else 2 if rules.cpu_model else 3
+        ranks = (rules.jetson_model, rules.cuda_name, rules.ascend_chip, rules.openvino_device, rules.cpu_model)
+        return next((i for i, rule in enumerate(ranks) if rule), len(ranks))
 
     return sorted((p for p in all_profiles() if profile_present(p, host)), key=specificity)
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import psutil
 from pydantic import BaseModel
 
 import vlabench
-from vlabench.devices import HostInfo
+from vlabench.detection import HostInfo
 
 TRACKED_LIBRARIES = ("torch", "numpy", "pydantic", "transformers", "onnxruntime", "openvino", "tensorrt")
 
@@ -32,20 +30,6 @@ class Provenance(BaseModel):
     accelerators: list[str]
     torch_threads: int
     command_line: list[str]
-
-
-class SystemState(BaseModel):
-    """Machine state just before the model is loaded: other load makes timings noisy."""
-
-    background_cpu_percent: float
-    load_average_1m: float | None
-
-
-def sample_system_state(window_s: float = 0.25) -> SystemState:
-    """CPU busy share over a short window while vlabench itself is idle, and the 1-minute load average."""
-    busy = psutil.cpu_percent(interval=window_s)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return SystemState(background_cpu_percent=busy, load_average_1m=load)
 
 
 def git_state(source: Path) -> tuple[str | None, bool | None]:

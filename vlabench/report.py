@@ -8,7 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from vlabench.devices import all_profiles, detect_host, profile_present, resolve_device
+from vlabench.detection import detect_host
+from vlabench.devices import all_profiles, profile_present, resolve_device
 from vlabench.replicas import count_parameters
 from vlabench.results import RunResult
 from vlabench.specs import load_model_spec, model_names

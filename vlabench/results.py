@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, VlabenchError
-from vlabench.provenance import Provenance, SystemState
+from vlabench.provenance import Provenance
 from vlabench.stats import Stats
+from vlabench.system_state import SystemState
 from vlabench.workload import Workload
 
 SCHEMA_VERSION = "1.0"

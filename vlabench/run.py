@@ -12,15 +12,17 @@ import torch
 
 from vlabench.backends import Backend, get_backend, parse_precision
 from vlabench.config import RunConfig
-from vlabench.devices import ResolvedDevice, detect_host, resolve_device
+from vlabench.detection import detect_host
+from vlabench.devices import ResolvedDevice, resolve_device
 from vlabench.errors import UnavailableError
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
-from vlabench.provenance import SystemState, collect_provenance, sample_system_state
+from vlabench.provenance import collect_provenance
 from vlabench.results import ControlVerdict, DeviceInfo, MemoryInfo, ModelInfo, RunResult, Timing
 from vlabench.runner import Measurement, Progress, RunnerSettings, measure, step_span_name
 from vlabench.sampler import EulerSampler
 from vlabench.specs import ModelSpec, load_model_spec
 from vlabench.stats import NOISY_COV, Stats, summarize
+from vlabench.system_state import SystemState, sample_system_state
 from vlabench.workload import Workload, initial_noise, synthetic_observation
 
 INPUT_VARIANTS = 2
@@ -59,7 +61,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
     config, spec, workload = plan.config, plan.spec, plan.workload
     started = datetime.now(timezone.utc)
-    system_state = sample_system_state()
+    system_state = sample_system_state(plan.device.torch_device.type)
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
