@@ -9,7 +9,7 @@ import vlabench
 from vlabench.cli import app
 
 runner = CliRunner()
-FAST = ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0", "--threads", "1"]
+FAST = ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0", "--threads", "1", "--energy-meter", "none"]
 
 
 def invoke(*args: str):

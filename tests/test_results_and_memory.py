@@ -19,7 +19,9 @@ from vlabench.workload import Workload
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    config = RunConfig(model="pi0-tiny", warmup=1, min_iterations=3, min_duration_s=0, threads=1)
+    config = RunConfig(
+        model="pi0-tiny", warmup=1, min_iterations=3, min_duration_s=0, threads=1, energy_window_s=1, idle_window_s=0.2
+    )
     return execute(plan_run(config))
 
 

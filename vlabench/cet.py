@@ -40,8 +40,11 @@ class CostReport(BaseModel):
     energy_kwh_per_robot_hour: float
     electricity_usd_per_robot_hour: float
     hardware_usd_per_robot_hour: float | None
-    usd_per_robot_hour: float | None
-    usd_per_million_actions: float | None
+    basis: Literal["hardware+electricity", "electricity-only"] = Field(
+        description="electricity-only when the device has no purchase price (pass --price-usd)"
+    )
+    usd_per_robot_hour: float
+    usd_per_million_actions: float
 
 
 def delivered_action_hz(control_hz: float, actions_per_chunk: int, latency_p50_ms: float) -> float:
@@ -73,7 +76,7 @@ def cost_report(
     if price_usd is not None:
         operating_hours = assumptions.lifetime_years * HOURS_PER_YEAR * assumptions.duty_cycle
         hardware = price_usd / operating_hours
-    total = None if hardware is None else hardware + electricity
+    total = electricity if hardware is None else hardware + electricity
     return CostReport(
         assumptions=assumptions,
         price_usd=price_usd,
@@ -85,8 +88,9 @@ def cost_report(
         energy_kwh_per_robot_hour=kwh,
         electricity_usd_per_robot_hour=electricity,
         hardware_usd_per_robot_hour=hardware,
+        basis="electricity-only" if hardware is None else "hardware+electricity",
         usd_per_robot_hour=total,
-        usd_per_million_actions=None if total is None else total / actions_per_hour * 1e6,
+        usd_per_million_actions=total / actions_per_hour * 1e6,
     )
 
 
@@ -118,7 +122,8 @@ def rank(frame: pd.DataFrame, priority: Priority, control_hz: float) -> pd.DataF
     """Gate every row at ``control_hz``, then order the feasible ones by the priority; infeasible rows follow.
 
     ``frame`` needs: latency_p50_ms, latency_p99_ms, actions_per_chunk, memory_needed_gb, device_memory_gb,
-    joules_per_action, usd_per_million_actions (and optionally valid). Adds feasible, reasons, pareto, rank.
+    joules_per_action, usd_per_million_actions (NaN where no full cost is known) and optionally valid.
+    Adds feasible, reasons, pareto (over time, energy and cost among feasible rows) and rank.
     """
     if priority not in PRIORITY_COLUMNS:
         raise InputError(f"Unknown priority '{priority}'. Valid priorities: {', '.join(PRIORITY_COLUMNS)}.")

@@ -100,6 +100,25 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Seed for weights, observations and noise. [default: 0]")] = None,
     threads: Annotated[int | None, typer.Option(help="torch intra-op threads. [default: torch's]")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    energy_meter: Annotated[
+        str | None,
+        typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none. [default: auto]"),
+    ] = None,
+    energy_log: Annotated[
+        Path | None, typer.Option(help="CSV log (timestamp,watts) of an external power meter covering the run.")
+    ] = None,
+    energy_window: Annotated[
+        float | None, typer.Option(help="Energy window: whole inferences lasting at least this, s. [default: 2]")
+    ] = None,
+    idle_window: Annotated[float | None, typer.Option(help="Idle-power window before it, s. [default: 1]")] = None,
+    tdp_w: Annotated[float | None, typer.Option(help="TDP for estimated energy, W. [default: the profile's]")] = None,
+    idle_w: Annotated[float | None, typer.Option(help="Idle power for estimated energy, W.")] = None,
+    price_usd: Annotated[float | None, typer.Option(help="Purchase price, USD. [default: the profile's]")] = None,
+    lifetime_years: Annotated[float | None, typer.Option(help="Amortization period, years. [default: 3]")] = None,
+    duty_cycle: Annotated[
+        float | None, typer.Option(help="Share of time the robot operates, 0–1. [default: 0.5]")
+    ] = None,
+    usd_per_kwh: Annotated[float | None, typer.Option(help="Electricity price, USD/kWh. [default: 0.15]")] = None,
     config: Annotated[
         Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
     ] = None,
@@ -126,6 +145,16 @@ def run(
         "seed": seed,
         "threads": threads,
         "out": out_dir,
+        "energy_meter": energy_meter,
+        "energy_log": energy_log,
+        "energy_window_s": energy_window,
+        "idle_window_s": idle_window,
+        "tdp_w": tdp_w,
+        "idle_w": idle_w,
+        "price_usd": price_usd,
+        "lifetime_years": lifetime_years,
+        "duty_cycle": duty_cycle,
+        "usd_per_kwh": usd_per_kwh,
     }
     base = load_config_file(config) if config else RunConfig()
     try:
@@ -133,7 +162,7 @@ def run(
             {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
         )
     except ValidationError as exc:
-        problems = "; ".join(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"--{option_name(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise InputError(f"invalid option: {problems}") from None
     plan = plan_run(run_config)
     info = err if as_json else out
@@ -150,6 +179,11 @@ def run(
     for renderable in result_tables(result):
         out.print(renderable)
     out.print(f"result: [bold]{path}[/]")
+
+
+def option_name(location: tuple) -> str:
+    name = ".".join(map(str, location)).replace("_", "-")
+    return name.removesuffix("-s") if name.endswith(("-window-s", "-duration-s")) else name
 
 
 class RunProgress:
@@ -211,3 +245,30 @@ def devices(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
     else:
         out.print(devices_table(rows))
         out.print(host_line)
+
+
+@app.command()
+@reports_errors
+def rank(
+    paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
+    priority: Annotated[str, typer.Option(help="cost, energy or time.")] = "cost",
+    control_hz: Annotated[float, typer.Option(help="Control-rate target for the feasibility gate, Hz.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of a table.")] = False,
+) -> None:
+    """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""
+    from vlabench.aggregate import load_results, results_frame
+    from vlabench.cet import rank as rank_frame
+    from vlabench.report import rank_table
+
+    if control_hz <= 0:
+        raise InputError("--control-hz must be positive")
+    loaded, skipped = load_results(paths)
+    for problem in skipped:
+        err.print(f"[yellow]skipped[/] {problem}", highlight=False)
+    if not loaded:
+        raise InputError(f"no readable results under {', '.join(map(str, paths))}")
+    ranked = rank_frame(results_frame(loaded, control_hz), priority, control_hz)
+    if as_json:
+        sys.stdout.write(ranked.to_json(orient="records", indent=2) + "\n")
+    else:
+        out.print(rank_table(ranked, priority, control_hz))

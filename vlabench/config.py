@@ -26,3 +26,15 @@ class RunConfig(BaseModel):
     seed: int = 0
     threads: int | None = Field(default=None, gt=0, description="torch intra-op threads; None: torch's default")
     out: Path = Path("results")
+    energy_meter: str = Field(
+        default="auto", description="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated, none"
+    )
+    energy_log: Path | None = Field(default=None, description="CSV power log of an external (wall) meter")
+    energy_window_s: float = Field(default=2.0, ge=1.0, description="energy is measured over whole inferences ≥ this")
+    idle_window_s: float = Field(default=1.0, gt=0, description="idle power is measured over this window first")
+    tdp_w: float | None = Field(default=None, gt=0, description="override the profile's TDP for estimated energy")
+    idle_w: float | None = Field(default=None, ge=0, description="override the idle power for estimated energy")
+    price_usd: float | None = Field(default=None, gt=0, description="override the profile's purchase price")
+    lifetime_years: float = Field(default=3.0, gt=0)
+    duty_cycle: float = Field(default=0.5, gt=0, le=1)
+    usd_per_kwh: float = Field(default=0.15, ge=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -80,7 +81,7 @@ def device_rows() -> tuple[list[dict[str, Any]], str]:
     auto = resolve_device("auto", host)
     rows = []
     for profile in all_profiles():
-        peak = profile.peak_tflops.get("bf16") or profile.peak_tflops.get("fp16")
+        peak = profile.peak_tflops.get("fp16") or profile.peak_tflops.get("bf16")
         rows.append(
             {
                 "name": profile.name,
@@ -126,8 +127,20 @@ def plan_summary(plan) -> Text:
         f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
         f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",
         f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
+        f"energy     {energy_plan(plan)}",
     ]
     return Text("\n".join(lines))
+
+
+def energy_plan(plan) -> str:
+    meter = plan.meter.meter
+    if meter is None:
+        return "not measured (--energy-meter none)"
+    c = plan.config
+    return (
+        f"{meter.method} ({meter.label}, scope {meter.scope}): {c.idle_window_s:g} s idle, then whole inferences "
+        f"for ≥ {c.energy_window_s:g} s in a pass of their own"
+    )
 
 
 PHASE_LABELS = {
@@ -178,7 +191,100 @@ def result_tables(result: RunResult) -> list[Any]:
         f"; first inference {timing.first_inference_ms:.1f} ms",
     )
     warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
-    return [table, Group(summary, *warnings)]
+    return [table, Group(summary, *cet_lines(result), *warnings)]
+
+
+def cet_lines(result: RunResult) -> list[Text]:
+    energy, cost = result.energy, result.cost
+    if energy is None or cost is None:
+        return [Text("energy     not measured")]
+    style = "yellow" if energy.label == "estimated" else "green"
+    lines = [
+        Text.assemble(
+            "energy     ",
+            (energy.label.upper(), f"bold {style}"),
+            f" ({energy.method}, scope {energy.scope}): idle {energy.idle_w:.1f} W, {energy.average_w:.1f} W over "
+            f"{energy.window_s:.1f} s ({energy.window_inferences} inferences) → {energy.joules_per_inference:.2f} "
+            f"J/inference, {energy.joules_per_action:.3f} J/action",
+        )
+    ]
+    meter = energy.meter
+    if energy.label == "estimated":
+        lines.append(
+            Text(
+                f"           assumptions: TDP {meter['tdp_w']:.1f} W ({meter['tdp_source']}), idle "
+                f"{meter['idle_w']:.1f} W ({meter['idle_source']}); {meter['model']}; "
+                f"utilization = {meter['utilization']}",
+                style="dim",
+            )
+        )
+    lines += [Text(f"           {note}", style="dim") for note in energy.notes]
+    basis = "" if cost.basis == "hardware+electricity" else " (electricity only: no purchase price; pass --price-usd)"
+    price = f"${cost.price_usd:,.0f}{' (estimate)' if cost.price_estimate else ''}" if cost.price_usd else "none"
+    lines.append(
+        Text(
+            f"cost       ${cost.usd_per_million_actions:.4g} per 1M actions, ${cost.usd_per_robot_hour:.4g} per "
+            f"robot-hour at {cost.actions_per_robot_hour / 3600:.3g} actions/s{basis}; price {price}, "
+            f"{cost.assumptions.lifetime_years:g} y × {cost.assumptions.duty_cycle:.0%} duty, "
+            f"${cost.assumptions.electricity_usd_per_kwh:g}/kWh"
+        )
+    )
+    feasible = result.control.meets_target and (
+        result.device.memory_gb is None or result.memory.estimated_total_bytes / 1e9 <= result.device.memory_gb
+    )
+    lines.append(
+        Text.assemble(
+            "feasible   ",
+            ("yes", "bold green") if feasible else ("no", "bold red"),
+            f" (fits {result.device.memory_gb:g} GB; control rate judged on p99)" if result.device.memory_gb else "",
+        )
+    )
+    return lines
+
+
+def rank_table(frame, priority: str, control_hz: float) -> Table:
+    table = _table(
+        f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
+        [
+            "#",
+            "model",
+            "device",
+            "backend",
+            "prec",
+            "p50 ms",
+            "p99 ms",
+            "act/s p99",
+            "J/action",
+            "$/1M act",
+            "feasible",
+        ],
+        {"#", "p50 ms", "p99 ms", "act/s p99", "J/action", "$/1M act"},
+    )
+    for row in frame.to_dict("records"):
+        joules = row["joules_per_action"]
+        estimated = " est" if row["energy_label"] == "estimated" else ""
+        energy = f"{joules:.3g}{estimated}" if _present(joules) else "—"
+        cost, electricity = row["usd_per_million_actions"], row["usd_per_million_actions_electricity_only"]
+        dollars = f"{cost:.4g}" if _present(cost) else f"{electricity:.3g} elec." if _present(electricity) else "—"
+        rank_label = str(row["rank"]) if _present(row["rank"]) else ""
+        table.add_row(
+            rank_label + (" ◆" if row["pareto"] else ""),
+            row["model"],
+            row["device"],
+            row["backend"],
+            row["precision"],
+            f"{row['latency_p50_ms']:.1f}",
+            f"{row['latency_p99_ms']:.1f}",
+            f"{row['action_hz_p99']:.1f}",
+            energy,
+            dollars,
+            Text("yes", style="green") if row["feasible"] else Text(f"no: {row['reasons']}", style="red"),
+        )
+    return table
+
+
+def _present(value: object) -> bool:
+    return value is not None and not pd.isna(value)
 
 
 def _count(value: int) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from vlabench.cet import CostReport
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, VlabenchError
 from vlabench.provenance import Provenance
@@ -36,6 +37,8 @@ class DeviceInfo(BaseModel):
     kind: str
     torch_device: str
     note: str
+    memory_gb: float | None = Field(description="device memory from the profile, or host RAM for CPUs without one")
+    price_usd: float | None
 
 
 class Timing(BaseModel):
@@ -64,6 +67,25 @@ class ControlVerdict(BaseModel):
     meets_target: bool
 
 
+class EnergyResult(BaseModel):
+    """Energy of whole inferences over one window, measured in a pass of its own after an idle window."""
+
+    label: Literal["measured", "estimated"]
+    method: str
+    scope: str
+    sampling_period_s: float | None
+    meter: dict[str, Any] = Field(description="sensor paths, rails or the assumptions behind an estimate")
+    idle_window_s: float
+    idle_w: float
+    window_s: float
+    window_inferences: int
+    average_w: float
+    joules_per_inference: float
+    joules_per_action: float
+    dynamic_joules_per_inference: float = Field(description="above idle power: (average - idle) W × time")
+    notes: list[str]
+
+
 class MemoryInfo(BaseModel):
     params: int
     weights_bytes: int
@@ -87,6 +109,8 @@ class RunResult(BaseModel):
     precision: str
     timing: Timing
     control: ControlVerdict
+    energy: EnergyResult | None
+    cost: CostReport | None
     memory: MemoryInfo
     warnings: list[str]
     system_state: SystemState

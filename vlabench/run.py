@@ -11,14 +11,25 @@ from datetime import datetime, timezone
 import torch
 
 from vlabench.backends import Backend, get_backend, parse_precision
+from vlabench.cet import CostAssumptions, CostReport, cost_report
 from vlabench.config import RunConfig
 from vlabench.detection import detect_host
 from vlabench.devices import ResolvedDevice, resolve_device
+from vlabench.energy.base import EnergyMeter
+from vlabench.energy.select import MeterChoice, choose_meter
 from vlabench.errors import UnavailableError
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
 from vlabench.provenance import collect_provenance
-from vlabench.results import ControlVerdict, DeviceInfo, MemoryInfo, ModelInfo, RunResult, Timing
-from vlabench.runner import Measurement, Progress, RunnerSettings, measure, step_span_name
+from vlabench.results import ControlVerdict, DeviceInfo, EnergyResult, MemoryInfo, ModelInfo, RunResult, Timing
+from vlabench.runner import (
+    EnergyWindows,
+    Measurement,
+    Progress,
+    RunnerSettings,
+    measure,
+    measure_energy,
+    step_span_name,
+)
 from vlabench.sampler import EulerSampler
 from vlabench.specs import ModelSpec, load_model_spec
 from vlabench.stats import NOISY_COV, Stats, summarize
@@ -40,6 +51,7 @@ class RunPlan:
     precision: str
     workload: Workload
     footprint: Footprint
+    meter: MeterChoice
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -55,7 +67,10 @@ def plan_run(config: RunConfig) -> RunPlan:
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     footprint = estimate_footprint(spec, workload, precision)
     check_fits(spec, footprint, device.torch_device, precision)
-    return RunPlan(config, spec, device, backend, precision, workload, footprint)
+    meter = choose_meter(
+        config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
+    )
+    return RunPlan(config, spec, device, backend, precision, workload, footprint, meter)
 
 
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
@@ -77,7 +92,17 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
         for i in range(INPUT_VARIANTS)
     ]
     settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
-    measurement = measure(policy, EulerSampler(workload.steps, workload.batch, target), inputs, settings, progress)
+    sampler = EulerSampler(workload.steps, workload.batch, target)
+    measurement = measure(policy, sampler, inputs, settings, progress)
+    energy = None
+    if plan.meter.meter is not None:
+        try:
+            windows = measure_energy(
+                policy, sampler, inputs, plan.meter.meter, config.energy_window_s, config.idle_window_s
+            )
+        finally:
+            plan.meter.meter.close()
+        energy = energy_result(plan.meter.meter, windows, workload.actions_per_chunk, plan.meter.notes)
 
     samples = measurement.samples_ms
     steps = [samples[step_span_name(i)] for i in range(workload.steps)]
@@ -93,6 +118,11 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
         samples_ms=samples,
     )
     host = detect_host()
+    control = control_verdict(timing.phases["e2e"], workload.actions_per_chunk, config.control_hz)
+    price = config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
+    memory_gb = plan.device.profile.memory_gb.value if plan.device.profile.memory_gb else None
+    if memory_gb is None and target.type == "cpu":
+        memory_gb = round(host.memory_gb, 1)
     return RunResult(
         run_id=uuid.uuid4().hex,
         config_hash=config_hash(plan),
@@ -114,12 +144,16 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
             kind=plan.device.profile.kind,
             torch_device=str(target),
             note=plan.device.note,
+            memory_gb=memory_gb,
+            price_usd=price,
         ),
         backend=plan.backend.name,
         backend_details=policy.details(),
         precision=plan.precision,
         timing=timing,
-        control=control_verdict(phases["e2e"], workload.actions_per_chunk, config.control_hz),
+        control=control,
+        energy=energy,
+        cost=run_cost(plan, energy, timing.phases["e2e"], price) if energy else None,
         memory=MemoryInfo(
             params=plan.footprint.params,
             weights_bytes=plan.footprint.weights_bytes,
@@ -130,6 +164,48 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
         warnings=measurement_warnings(phases, config, measurement, system_state),
         system_state=system_state,
         provenance=collect_provenance(host, torch.get_num_threads()),
+    )
+
+
+def energy_result(meter: EnergyMeter, windows: EnergyWindows, actions_per_chunk: int, notes: list[str]) -> EnergyResult:
+    busy, idle = windows.busy, windows.idle
+    per_inference = busy.joules / windows.iterations
+    return EnergyResult(
+        label=meter.label,
+        method=meter.method,
+        scope=meter.scope,
+        sampling_period_s=meter.sampling_period_s,
+        meter=meter.describe(),
+        idle_window_s=idle.duration_s,
+        idle_w=idle.average_w,
+        window_s=busy.duration_s,
+        window_inferences=windows.iterations,
+        average_w=busy.average_w,
+        joules_per_inference=per_inference,
+        joules_per_action=per_inference / actions_per_chunk,
+        dynamic_joules_per_inference=(busy.average_w - idle.average_w) * busy.duration_s / windows.iterations,
+        notes=notes,
+    )
+
+
+def run_cost(plan: RunPlan, energy: EnergyResult, e2e: Stats, price: float | None) -> CostReport:
+    profile_price = plan.device.profile.price
+    config = plan.config
+    return cost_report(
+        price_usd=price,
+        price_source="--price-usd" if config.price_usd else profile_price.source if profile_price else None,
+        price_estimate=bool(profile_price and profile_price.estimate and not config.price_usd),
+        joules_per_inference=energy.joules_per_inference,
+        idle_w=energy.idle_w,
+        energy_label=energy.label,
+        latency_p50_ms=e2e.p50,
+        actions_per_chunk=plan.workload.actions_per_chunk,
+        control_hz=config.control_hz,
+        assumptions=CostAssumptions(
+            lifetime_years=config.lifetime_years,
+            duty_cycle=config.duty_cycle,
+            electricity_usd_per_kwh=config.usd_per_kwh,
+        ),
     )
 
 

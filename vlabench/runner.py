@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from time import perf_counter_ns
 from torch import Tensor
 
 from vlabench.backends import PreparedPolicy
+from vlabench.energy.base import EnergyMeter, EnergyReading
 from vlabench.replicas import Observation
 from vlabench.sampler import EulerSampler
 
@@ -122,3 +124,34 @@ def _expected_iterations(settings: RunnerSettings, done: int, elapsed_ns: int) -
     per_iteration_s = elapsed_ns / 1e9 / done
     by_duration = int(settings.min_duration_s / per_iteration_s) + 1 if per_iteration_s > 0 else done
     return min(settings.max_iterations, max(settings.min_iterations, by_duration, done))
+
+
+@dataclass
+class EnergyWindows:
+    idle: EnergyReading
+    busy: EnergyReading
+    iterations: int
+
+
+def measure_energy(
+    policy: PreparedPolicy,
+    sampler: EulerSampler,
+    inputs: Sequence[tuple[Observation, Tensor]],
+    meter: EnergyMeter,
+    window_s: float,
+    idle_s: float,
+) -> EnergyWindows:
+    """A pass of its own (no profiler, no phase spans): idle power first, then whole inferences for ≥ window_s."""
+    policy.synchronize()
+    meter.start()
+    time.sleep(idle_s)
+    idle = meter.stop()
+    iterations = 0
+    meter.start()
+    started = perf_counter_ns()
+    while iterations == 0 or (perf_counter_ns() - started) / 1e9 < window_s:
+        obs, noise = inputs[iterations % len(inputs)]
+        plain_inference(policy, sampler, obs, noise)
+        policy.synchronize()
+        iterations += 1
+    return EnergyWindows(idle=idle, busy=meter.stop(), iterations=iterations)

@@ -1,0 +1,104 @@
+import pandas as pd
+import pytest
+
+from vlabench.cet import CostAssumptions, cost_report, delivered_action_hz, feasibility, pareto_front, rank
+from vlabench.errors import InputError
+
+
+def report(**overrides):
+    values = dict(
+        price_usd=2000.0,
+        price_source="list price",
+        price_estimate=False,
+        joules_per_inference=10.0,
+        idle_w=5.0,
+        energy_label="measured",
+        latency_p50_ms=100.0,
+        actions_per_chunk=5,
+        control_hz=10.0,
+        assumptions=CostAssumptions(lifetime_years=2.0, duty_cycle=0.5, electricity_usd_per_kwh=0.2),
+    )
+    values.update(overrides)
+    return cost_report(**values)
+
+
+def test_cost_model_closed_form():
+    cost = report()
+    # 10 actions/s at 5 per chunk -> 2 inferences/s -> 7200/h, busy 720 s/h; idle the other 2880 s at 5 W.
+    assert cost.actions_per_robot_hour == pytest.approx(36_000)
+    assert cost.busy_fraction == pytest.approx(0.2)
+    joules = 7200 * 10.0 + 2880 * 5.0
+    assert cost.energy_kwh_per_robot_hour == pytest.approx(joules / 3.6e6)
+    assert cost.electricity_usd_per_robot_hour == pytest.approx(joules / 3.6e6 * 0.2)
+    hardware = 2000.0 / (2 * 8760 * 0.5)
+    assert cost.hardware_usd_per_robot_hour == pytest.approx(hardware)
+    assert cost.usd_per_robot_hour == pytest.approx(hardware + joules / 3.6e6 * 0.2)
+    assert cost.usd_per_million_actions == pytest.approx(cost.usd_per_robot_hour / 36_000 * 1e6)
+    assert cost.basis == "hardware+electricity"
+
+
+def test_a_slow_policy_delivers_its_own_rate_and_is_busy_all_the_time():
+    cost = report(latency_p50_ms=1000.0, actions_per_chunk=5)
+    assert delivered_action_hz(10.0, 5, 1000.0) == pytest.approx(5.0)
+    assert cost.actions_per_robot_hour == pytest.approx(18_000)
+    assert cost.busy_fraction == pytest.approx(1.0)
+
+
+def test_no_price_gives_an_electricity_only_cost():
+    cost = report(price_usd=None, price_source=None)
+    assert cost.basis == "electricity-only"
+    assert cost.hardware_usd_per_robot_hour is None
+    assert cost.usd_per_robot_hour == pytest.approx(cost.electricity_usd_per_robot_hour)
+
+
+def row(name, p50, p99, joules, dollars, apc=5, need=1.0, memory=8.0, **extra):
+    return dict(
+        model=name,
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
+        actions_per_chunk=apc,
+        memory_needed_gb=need,
+        device_memory_gb=memory,
+        joules_per_action=joules,
+        usd_per_million_actions=dollars,
+        **extra,
+    )
+
+
+def test_feasibility_gate_names_every_failed_condition():
+    ok, reasons = feasibility(row("a", 100, 400, 1, 1), control_hz=10)
+    assert ok and reasons == []
+    ok, reasons = feasibility(row("b", 100, 600, 1, 1, need=20.0, memory=12.0, valid=False), control_hz=10)
+    assert not ok
+    assert reasons == ["needs 20.0 GB > 12 GB memory", "8.3 actions/s at p99 < 10 Hz", "failed the correctness gate"]
+
+
+def test_pareto_front_keeps_only_non_dominated_rows():
+    frame = pd.DataFrame([[1, 3], [2, 2], [3, 1], [3, 3], [2, 2]], columns=["x", "y"])
+    assert pareto_front(frame, ["x", "y"]).tolist() == [True, True, True, False, True]
+
+
+def test_rank_gates_then_orders_by_priority():
+    frame = pd.DataFrame(
+        [
+            row("fast-costly", 50, 60, 2.0, 9.0),
+            row("slow-cheap", 300, 480, 0.5, 1.0),
+            row("too-slow", 900, 1000, 0.1, 0.1),
+            row("too-big", 40, 45, 0.2, 0.2, need=100.0),
+            row("no-price", 60, 70, 1.0, float("nan")),
+        ]
+    )
+    by_cost = rank(frame, "cost", control_hz=10)
+    assert by_cost["model"].tolist()[:2] == ["slow-cheap", "fast-costly"]
+    assert by_cost.set_index("model").loc["no-price", "feasible"]
+    assert pd.isna(by_cost.set_index("model").loc["no-price", "rank"])
+    assert not by_cost.set_index("model").loc["too-slow", "feasible"]
+    assert "memory" in by_cost.set_index("model").loc["too-big", "reasons"]
+    by_time = rank(frame, "time", control_hz=10)
+    assert by_time["model"].tolist()[:3] == ["fast-costly", "no-price", "slow-cheap"]
+    by_energy = rank(frame, "energy", control_hz=1)
+    assert by_energy["model"].iloc[0] == "too-slow"
+    pareto = by_cost.set_index("model")["pareto"]
+    assert pareto["fast-costly"] and pareto["slow-cheap"]
+    with pytest.raises(InputError, match="Valid priorities"):
+        rank(frame, "speed", control_hz=10)
