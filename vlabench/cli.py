@@ -235,16 +235,48 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
 
 @app.command()
 @reports_errors
-def devices(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+def devices(
+    measure: Annotated[
+        bool, typer.Option("--measure", help="Measure GEMM peak and memory bandwidth on this host's device.")
+    ] = False,
+    precision: Annotated[
+        list[str] | None, typer.Option(help="GEMM precision(s) to measure. [default: fp32 on CPU, bf16 on CUDA]")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
     """List the device profiles and mark the hardware detected on this host."""
-    from vlabench.report import device_rows, devices_table
+    from vlabench.report import ceilings_table, device_rows, devices_table
 
     rows, host_line = device_rows()
+    ceilings = measured_ceilings(precision) if measure else None
     if as_json:
-        sys.stdout.write(json.dumps({"host": host_line, "profiles": rows}, indent=2) + "\n")
-    else:
-        out.print(devices_table(rows))
-        out.print(host_line)
+        payload: dict[str, Any] = {"host": host_line, "profiles": rows}
+        if ceilings is not None:
+            resolved, measured = ceilings
+            payload["measured"] = {
+                "device": resolved.profile.name,
+                "torch_device": str(resolved.torch_device),
+                "ceilings": [c.model_dump() for c in measured],
+            }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    out.print(devices_table(rows))
+    out.print(host_line)
+    if ceilings is not None:
+        out.print(ceilings_table(*ceilings))
+
+
+def measured_ceilings(precisions: list[str] | None):
+    """Ceilings of the device ``--device auto`` picks, measured now (a few seconds per quantity)."""
+    from vlabench.backends import parse_precision
+    from vlabench.devices import resolve_device
+    from vlabench.kernels.ceilings import measure_ceilings
+
+    resolved = resolve_device("auto")
+    default = ["bf16"] if resolved.torch_device.type == "cuda" else ["fp32"]
+    chosen = tuple(parse_precision(p) for p in (precisions or default))
+    err.print(f"measuring ceilings of {resolved.profile.name} on {resolved.torch_device} …")
+    return resolved, measure_ceilings(resolved.torch_device, chosen)
 
 
 @app.command()

@@ -81,7 +81,8 @@ def device_rows() -> tuple[list[dict[str, Any]], str]:
     auto = resolve_device("auto", host)
     rows = []
     for profile in all_profiles():
-        peak = profile.peak_tflops.get("fp16") or profile.peak_tflops.get("bf16")
+        precision = next((p for p in ("fp16", "bf16", "fp32") if p in profile.peak_tflops), None)
+        peak = profile.peak_tflops[precision] if precision else None
         rows.append(
             {
                 "name": profile.name,
@@ -90,8 +91,16 @@ def device_rows() -> tuple[list[dict[str, Any]], str]:
                 "vendor": profile.vendor,
                 "memory_gb": profile.memory_gb.value if profile.memory_gb else None,
                 "bandwidth_gbs": profile.bandwidth_gbs.value if profile.bandwidth_gbs else None,
-                "peak_tflops_16bit": peak.value if peak else None,
+                "peak_tflops": peak.value if peak else None,
+                "peak_precision": precision,
                 "tdp_w": profile.tdp_w.value if profile.tdp_w else None,
+                "price_usd": profile.price.usd if profile.price else None,
+                "price_estimate": bool(profile.price and profile.price.estimate),
+                "sources": {
+                    key: getattr(profile, key).source
+                    for key in ("memory_gb", "bandwidth_gbs", "tdp_w", "price")
+                    if getattr(profile, key) is not None
+                },
                 "detected": profile_present(profile, host),
                 "auto": profile.name == auto.profile.name,
             }
@@ -101,7 +110,7 @@ def device_rows() -> tuple[list[dict[str, Any]], str]:
 
 
 def devices_table(rows: list[dict[str, Any]]) -> Table:
-    columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "16-bit TFLOP/s", "TDP W"]
+    columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "peak TFLOP/s", "TDP W", "price USD"]
     table = _table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
     for row in rows:
         mark = "★" if row["auto"] else "●" if row["detected"] else ""
@@ -110,7 +119,34 @@ def devices_table(rows: list[dict[str, Any]]) -> Table:
             row["name"],
             row["display_name"],
             row["kind"],
-            *(_maybe(row[key]) for key in ("memory_gb", "bandwidth_gbs", "peak_tflops_16bit", "tdp_w")),
+            _maybe(row["memory_gb"]),
+            _maybe(row["bandwidth_gbs"]),
+            f"{row['peak_tflops']:g} {row['peak_precision']}" if row["peak_tflops"] else "—",
+            _maybe(row["tdp_w"]),
+            (f"{row['price_usd']:,.0f}" + (" est" if row["price_estimate"] else "")) if row["price_usd"] else "—",
+        )
+    return table
+
+
+def ceilings_table(resolved, measured) -> Table:
+    """Measured ceilings next to the profile's datasheet figures."""
+    profile = resolved.profile
+    table = _table(
+        f"Measured ceilings of {profile.name} on {resolved.torch_device} (best of repeated runs)",
+        ["quantity", "measured", "datasheet", "measured / datasheet", "how"],
+        {"measured", "datasheet", "measured / datasheet"},
+    )
+    for ceiling in measured:
+        if ceiling.quantity == "memory_bandwidth":
+            sheet = profile.bandwidth_gbs
+        else:
+            sheet = profile.peak_tflops.get(ceiling.quantity.removeprefix("gemm_"))
+        table.add_row(
+            ceiling.quantity,
+            f"{ceiling.value:.4g} {ceiling.unit}",
+            f"{sheet.value:g} {ceiling.unit}" if sheet else "—",
+            f"{ceiling.value / sheet.value:.0%}" if sheet else "",
+            ceiling.detail,
         )
     return table
 

@@ -1,0 +1,73 @@
+"""Ceiling micro-benchmarks: dense GEMM peak per precision and streaming memory bandwidth on a torch device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+
+import torch
+from pydantic import BaseModel
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class MeasuredCeiling(BaseModel):
+    """The best rate seen over repeated timed calls (a ceiling, so the maximum, not the median)."""
+
+    quantity: str
+    value: float
+    unit: str
+    repetitions: int
+    detail: str
+
+
+def _best_seconds(work: Callable[[], None], synchronize: Callable[[], None], budget_s: float) -> tuple[float, int]:
+    work()
+    synchronize()
+    best, repetitions, started = float("inf"), 0, perf_counter()
+    while repetitions < 3 or perf_counter() - started < budget_s:
+        begin = perf_counter()
+        work()
+        synchronize()
+        best = min(best, perf_counter() - begin)
+        repetitions += 1
+    return best, repetitions
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
+def gemm_peak(precision: str, device: torch.device, size: int = 2048, budget_s: float = 1.0) -> MeasuredCeiling:
+    """Square ``size``³ matmul at ``precision``: 2·n³ FLOP per call."""
+    dtype = DTYPES[precision]
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    out = torch.empty(size, size, device=device, dtype=dtype)
+    seconds, repetitions = _best_seconds(lambda: torch.matmul(a, b, out=out), _synchronizer(device), budget_s)
+    return MeasuredCeiling(
+        quantity=f"gemm_{precision}",
+        value=2 * size**3 / seconds / 1e12,
+        unit="TFLOP/s",
+        repetitions=repetitions,
+        detail=f"torch.matmul {size}×{size}×{size} {precision} on {device}, torch threads {torch.get_num_threads()}",
+    )
+
+
+def stream_bandwidth(device: torch.device, megabytes: int = 256, budget_s: float = 1.0) -> MeasuredCeiling:
+    """Copy a buffer much larger than the caches: bytes read + bytes written per call."""
+    elements = megabytes * 2**20 // 4
+    source = torch.ones(elements, device=device)
+    target = torch.empty_like(source)
+    seconds, repetitions = _best_seconds(lambda: target.copy_(source), _synchronizer(device), budget_s)
+    return MeasuredCeiling(
+        quantity="memory_bandwidth",
+        value=2 * source.numel() * 4 / seconds / 1e9,
+        unit="GB/s",
+        repetitions=repetitions,
+        detail=f"copy of {megabytes} MiB fp32 on {device} (read + write counted)",
+    )
+
+
+def measure_ceilings(device: torch.device, precisions: tuple[str, ...] = ("fp32", "bf16")) -> list[MeasuredCeiling]:
+    return [*(gemm_peak(p, device) for p in precisions), stream_bandwidth(device)]

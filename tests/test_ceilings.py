@@ -1,0 +1,29 @@
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from vlabench.cli import app
+from vlabench.kernels.ceilings import gemm_peak, stream_bandwidth
+
+
+def test_gemm_peak_reports_a_positive_rate_with_its_method():
+    ceiling = gemm_peak("fp32", torch.device("cpu"), size=256, budget_s=0.05)
+    assert ceiling.unit == "TFLOP/s" and ceiling.value > 0 and ceiling.repetitions >= 3
+    assert "256×256×256 fp32" in ceiling.detail
+
+
+def test_stream_bandwidth_counts_read_and_write():
+    ceiling = stream_bandwidth(torch.device("cpu"), megabytes=16, budget_s=0.05)
+    assert ceiling.unit == "GB/s" and ceiling.value > 0
+    assert "read + write" in ceiling.detail
+
+
+def test_devices_measure_json():
+    result = CliRunner().invoke(app, ["devices", "--measure", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    quantities = {c["quantity"]: c for c in data["measured"]["ceilings"]}
+    assert set(quantities) == {"gemm_fp32", "memory_bandwidth"}
+    assert data["measured"]["device"] == next(row["name"] for row in data["profiles"] if row["auto"])
+    assert all(row["sources"] for row in data["profiles"] if row["price_usd"])
