@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from vlabench.backends.base import PRECISIONS, Backend, PreparedPolicy
+from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import unknown_name
 
-__all__ = ["BACKENDS", "PRECISIONS", "Backend", "PreparedPolicy", "get_backend", "parse_precision"]
+__all__ = [
+    "BACKENDS",
+    "PRECISIONS",
+    "Backend",
+    "BackendOptions",
+    "PreparedPolicy",
+    "get_backend",
+    "parse_precision",
+]
 
-BACKENDS: dict[str, type[Backend]] = {"torch": TorchBackend}
+BACKENDS: dict[str, type[Backend]] = {"torch": TorchBackend, "onnxruntime": OnnxRuntimeBackend}
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, options: BackendOptions | None = None) -> Backend:
     if name not in BACKENDS:
         raise unknown_name("backend", name, BACKENDS)
-    return BACKENDS[name]()
+    return BACKENDS[name].from_options(options or BackendOptions())
 
 
 def parse_precision(name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,8 +40,25 @@ class PreparedPolicy(ABC):
         return {}
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """Backend-specific knobs from the run config."""
+
+    ep: str | None = None  # onnxruntime execution provider
+    device_target: str | None = None  # openvino device: CPU, GPU, NPU, ...
+    compile_mode: str = "default"  # torch.compile mode
+
+
 class Backend(ABC):
     name: str
+
+    @classmethod
+    def from_options(cls, options: BackendOptions) -> Backend:
+        return cls()
+
+    def precisions(self, device: torch.device) -> tuple[str, ...]:
+        """Precisions this backend runs on ``device``."""
+        return tuple(PRECISIONS)
 
     @abstractmethod
     def unavailable_reason(self, device: torch.device) -> str | None:
