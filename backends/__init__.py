@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
+from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import unknown_name
 
@@ -17,7 +18,11 @@ __all__ = [
     "parse_precision",
 ]
 
-BACKENDS: dict[str, type[Backend]] = {"torch": TorchBackend, "onnxruntime": OnnxRuntimeBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "torch": TorchBackend,
+    "onnxruntime": OnnxRuntimeBackend,
+    "openvino": OpenVinoBackend,
+}
 
 
 def get_backend(name: str, options: BackendOptions | None = None) -> Backend:

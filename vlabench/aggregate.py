@@ -69,6 +69,8 @@ def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> p
                 "energy_label": energy.label if energy else None,
                 "usd_per_million_actions": full_cost,
                 "usd_per_million_actions_electricity_only": electricity_only,
+                "valid": result.valid,
+                "action_error": result.correctness.relative_error if result.correctness else None,
                 "file": str(path),
             }
         )

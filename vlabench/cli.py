@@ -25,6 +25,7 @@ WIDE = 160  # tables keep their columns when output goes to a file or pipe
 out = Console(width=None if sys.stdout.isatty() else WIDE)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else WIDE)
 
+EXIT_INVALID = 5
 EXIT_INTERRUPTED = 130
 PROGRESS_AFTER_S = 3.0
 
@@ -82,7 +83,19 @@ def run(
     device: Annotated[
         str | None, typer.Option(help="Device profile or alias: auto, cpu, cuda, jetson, … [default: auto]")
     ] = None,
-    backend: Annotated[str | None, typer.Option(help="Runtime backend. [default: torch]")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="torch, torch-compile, onnxruntime, openvino, tensorrt; a comma list; or all. [default: torch]"
+        ),
+    ] = None,
+    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")] = None,
+    device_target: Annotated[
+        str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO. [default: CPU]")
+    ] = None,
+    compile_mode: Annotated[
+        str | None, typer.Option(help="torch.compile mode for torch-compile. [default: default]")
+    ] = None,
     precision: Annotated[
         str | None, typer.Option(help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")
     ] = None,
@@ -126,12 +139,15 @@ def run(
 ) -> None:
     """Measure one model on this host, phase by phase, and write a JSON result."""
     from vlabench.results import write_result
-    from vlabench.run import execute, plan_run
+    from vlabench.run import execute_many, plan_runs
 
     flags = {
         "model": model,
         "device": device,
         "backend": backend,
+        "ep": ep,
+        "device_target": device_target,
+        "compile_mode": compile_mode,
         "precision": precision,
         "cameras": cameras,
         "steps": steps,
@@ -164,21 +180,31 @@ def run(
     except ValidationError as exc:
         problems = "; ".join(f"--{option_name(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise InputError(f"invalid option: {problems}") from None
-    plan = plan_run(run_config)
+    plans, skipped = plan_runs(run_config)
     info = err if as_json else out
-    from vlabench.report import plan_summary, result_tables
+    from vlabench.report import comparison_table, plan_summary, result_tables
 
-    info.print(plan_summary(plan))
+    info.print(plan_summary(plans))
+    for reason in skipped:
+        err.print(f"[yellow]skipped backend[/] {reason}", highlight=False)
     with RunProgress(err) as progress:
-        result = execute(plan, progress.update)
-    path = write_result(result, run_config.out)
+        results = execute_many(plans, progress.update)
+    paths = [write_result(result, run_config.out) for result in results]
     if as_json:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-        err.print(f"result: {path}")
-        return
-    for renderable in result_tables(result):
-        out.print(renderable)
-    out.print(f"result: [bold]{path}[/]")
+        payload = (
+            results[0].model_dump(mode="json") if len(results) == 1 else [r.model_dump(mode="json") for r in results]
+        )
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    elif len(results) == 1:
+        for renderable in result_tables(results[0]):
+            out.print(renderable)
+    else:
+        out.print(comparison_table(results))
+    for path in paths:
+        info.print(f"result: [bold]{path}[/]")
+    if any(not result.valid for result in results):
+        err.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
+        raise typer.Exit(EXIT_INVALID)
 
 
 def option_name(location: tuple) -> str:

@@ -12,7 +12,10 @@ class RunConfig(BaseModel):
 
     model: str = "smolvla"
     device: str = "auto"
-    backend: str = "torch"
+    backend: str = Field(default="torch", description="a backend, a comma-separated list, or all")
+    ep: str | None = Field(default=None, description="onnxruntime execution provider (cpu, cuda, tensorrt, ...)")
+    device_target: str | None = Field(default=None, description="openvino device (CPU, GPU, NPU, ...)")
+    compile_mode: str = Field(default="default", description="torch.compile mode for the torch-compile backend")
     precision: str | None = Field(default=None, description="None: fp32 on CPUs, bf16 on CUDA")
     cameras: int | None = Field(default=None, gt=0, description="None: the model's default")
     steps: int | None = Field(default=None, gt=0, description="None: the model's default")

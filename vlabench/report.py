@@ -151,13 +151,15 @@ def ceilings_table(resolved, measured) -> Table:
     return table
 
 
-def plan_summary(plan) -> Text:
+def plan_summary(plans) -> Text:
+    plan = plans[0]
     c, w = plan.config, plan.workload
+    backends = ", ".join(f"{p.backend.name} ({p.precision})" for p in plans)
     lines = [
         f"model      {plan.spec.name}: {plan.footprint.params / 1e6:,.1f}M parameters, spec {plan.spec.spec_hash}",
         f"device     {plan.device.profile.name} ({plan.device.profile.display_name}) on {plan.device.torch_device}"
         f" — {plan.device.note}",
-        f"backend    {plan.backend.name}, precision {plan.precision}",
+        f"backend    {backends}" + (", interleaved in one process" if len(plans) > 1 else ""),
         f"workload   {w.cameras} camera(s) × {plan.spec.vision.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
         f"tokens, {w.steps} denoising steps, chunk {w.chunk}, {w.actions_per_chunk} actions executed per chunk",
         f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
@@ -227,7 +229,56 @@ def result_tables(result: RunResult) -> list[Any]:
         f"; first inference {timing.first_inference_ms:.1f} ms",
     )
     warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
-    return [table, Group(summary, *cet_lines(result), *warnings)]
+    return [table, Group(summary, correctness_line(result), *cet_lines(result), *warnings)]
+
+
+def correctness_line(result: RunResult) -> Text:
+    check = result.correctness
+    if check is None:
+        return Text("correct    reference run (torch eager fp32)")
+    verdict = ("PASS", "bold green") if check.passed else ("INVALID", "bold red")
+    return Text.assemble(
+        f"correct    vs torch fp32: actions max |error| {check.max_abs_error:.3g}, cosine {check.cosine:.6f}; "
+        f"denoised displacement error {check.relative_error:.2e} (relative), cosine {check.displacement_cosine:.6f} → ",
+        verdict,
+        f" (tolerance {check.tolerance.max_relative_error:g} / {check.tolerance.min_cosine:g})",
+    )
+
+
+def comparison_table(results: list[RunResult]) -> Table:
+    """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
+    eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
+    table = _table(
+        f"{results[0].model.name} on {results[0].device.profile}: backends compared (interleaved), p50 in ms",
+        [
+            "backend",
+            "prec",
+            "vision",
+            "prefill",
+            "denoise step",
+            "action",
+            "e2e p50",
+            "e2e p99",
+            "speed-up",
+            "error",
+            "valid",
+        ],
+        {"vision", "prefill", "denoise step", "action", "e2e p50", "e2e p99", "speed-up", "error"},
+    )
+    for result in results:
+        phases = result.timing.phases
+        baseline = eager.get(result.precision)
+        check = result.correctness
+        table.add_row(
+            result.backend,
+            result.precision,
+            *(f"{phases[name].p50:.2f}" for name in ("vision", "prefill", "denoise_step", "action", "e2e")),
+            f"{phases['e2e'].p99:.2f}",
+            f"{baseline / phases['e2e'].p50:.2f}×" if baseline else "—",
+            f"{check.relative_error:.1e}" if check else "ref",
+            Text("yes", style="green") if result.valid else Text("INVALID", style="bold red"),
+        )
+    return table
 
 
 def cet_lines(result: RunResult) -> list[Text]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vlabench.cet import CostReport
 from vlabench.config import RunConfig
+from vlabench.correctness import Correctness
 from vlabench.errors import InputError, VlabenchError
 from vlabench.provenance import Provenance
 from vlabench.stats import Stats
@@ -109,12 +110,18 @@ class RunResult(BaseModel):
     precision: str
     timing: Timing
     control: ControlVerdict
+    correctness: Correctness | None = Field(description="None for the fp32 eager torch reference itself")
     energy: EnergyResult | None
     cost: CostReport | None
     memory: MemoryInfo
     warnings: list[str]
     system_state: SystemState
     provenance: Provenance
+
+    @property
+    def valid(self) -> bool:
+        """False when the run failed the correctness gate; invalid runs are never ranked."""
+        return self.correctness is None or self.correctness.passed
 
     def file_name(self) -> str:
         stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")

@@ -10,24 +10,27 @@ from datetime import datetime, timezone
 
 import torch
 
-from vlabench.backends import Backend, get_backend, parse_precision
+from vlabench.backends import BACKENDS, PRECISIONS, Backend, BackendOptions, get_backend, parse_precision
 from vlabench.cet import CostAssumptions, CostReport, cost_report
 from vlabench.config import RunConfig
+from vlabench.correctness import Correctness, compare, needs_reference, reference_actions
 from vlabench.detection import detect_host
 from vlabench.devices import ResolvedDevice, resolve_device
 from vlabench.energy.base import EnergyMeter
 from vlabench.energy.select import MeterChoice, choose_meter
-from vlabench.errors import UnavailableError
+from vlabench.errors import InputError, UnavailableError
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
 from vlabench.provenance import collect_provenance
 from vlabench.results import ControlVerdict, DeviceInfo, EnergyResult, MemoryInfo, ModelInfo, RunResult, Timing
 from vlabench.runner import (
+    Contender,
     EnergyWindows,
     Measurement,
     Progress,
     RunnerSettings,
-    measure,
     measure_energy,
+    measure_interleaved,
+    plain_inference,
     step_span_name,
 )
 from vlabench.sampler import EulerSampler
@@ -54,16 +57,23 @@ class RunPlan:
     meter: MeterChoice
 
 
+def backend_options(config: RunConfig) -> BackendOptions:
+    return BackendOptions(ep=config.ep, device_target=config.device_target, compile_mode=config.compile_mode)
+
+
 def plan_run(config: RunConfig) -> RunPlan:
     """Resolve every name and check the run can happen here; raises before anything large is allocated."""
     spec = load_model_spec(config.model)
-    backend = get_backend(config.backend)
+    backend = get_backend(config.backend, backend_options(config))
     device = resolve_device(config.device)
     default_precision = "bf16" if device.torch_device.type == "cuda" else "fp32"
     precision = parse_precision(config.precision or default_precision)
     reason = backend.unavailable_reason(device.torch_device)
     if reason:
         raise UnavailableError(f"backend '{backend.name}' cannot run on {device.profile.display_name}: {reason}")
+    if precision not in backend.precisions(device.torch_device):
+        supported = ", ".join(backend.precisions(device.torch_device))
+        raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     footprint = estimate_footprint(spec, workload, precision)
     check_fits(spec, footprint, device.torch_device, precision)
@@ -73,37 +83,116 @@ def plan_run(config: RunConfig) -> RunPlan:
     return RunPlan(config, spec, device, backend, precision, workload, footprint, meter)
 
 
+def backend_names(requested: str) -> list[str]:
+    """``all``, one name, or a comma-separated list (order kept, duplicates dropped)."""
+    if requested == "all":
+        return list(BACKENDS)
+    return list(dict.fromkeys(name.strip() for name in requested.split(",") if name.strip()))
+
+
+def plan_runs(config: RunConfig) -> tuple[list[RunPlan], list[str]]:
+    """One plan per requested backend. With ``all``, backends unavailable here are skipped and reported."""
+    names = backend_names(config.backend)
+    plans, skipped = [], []
+    for name in names:
+        try:
+            plans.append(plan_run(config.model_copy(update={"backend": name})))
+        except (UnavailableError, InputError) as exc:
+            if config.backend != "all":
+                raise
+            skipped.append(f"{name}: {exc}")
+    if not plans:
+        raise UnavailableError("no backend can run here: " + "; ".join(skipped))
+    total = sum(plan.footprint.total_bytes for plan in plans)
+    if len(plans) > 1:
+        combined = plans[0].footprint.model_copy(update={"total_bytes": total})
+        check_fits(plans[0].spec, combined, plans[0].device.torch_device, plans[0].precision)
+    return plans, skipped
+
+
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
-    config, spec, workload = plan.config, plan.spec, plan.workload
+    return execute_many([plan], progress)[0]
+
+
+def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list[RunResult]:
+    """Prepare every plan's backend in this process, time them interleaved, then measure energy one by one."""
+    first = plans[0]
+    config, spec, workload = first.config, first.spec, first.workload
     started = datetime.now(timezone.utc)
-    system_state = sample_system_state(plan.device.torch_device.type)
+    target = first.device.torch_device
+    system_state = sample_system_state(target.type)
     if config.threads:
         torch.set_num_threads(config.threads)
-    target = plan.device.torch_device
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[plan.precision]
+    reference = None
+    if any(needs_reference(plan.backend.name, plan.precision) for plan in plans):
+        obs, noise = seeded_inputs(plans[0], "fp32")[0]
+        reference = reference_actions(spec, workload, config.seed, obs, noise, target)
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
-    policy = plan.backend.prepare(spec, workload, target, plan.precision, config.seed)
-    inputs = [
+    contenders = [
+        Contender(
+            plan.backend.prepare(spec, workload, target, plan.precision, config.seed),
+            EulerSampler(workload.steps, workload.batch, target),
+            seeded_inputs(plan, plan.precision),
+        )
+        for plan in plans
+    ]
+    settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
+    measurements = measure_interleaved(contenders, settings, progress)
+    results = []
+    for plan, contender, measurement in zip(plans, contenders, measurements, strict=True):
+        correctness = None
+        if reference is not None and needs_reference(plan.backend.name, plan.precision):
+            obs, noise = contender.inputs[0]
+            actions = plain_inference(contender.policy, contender.sampler, obs, noise)
+            correctness = compare(actions, reference, noise, plan.precision)
+        energy = measure_plan_energy(plan, contender)
+        results.append(assemble_result(plan, contender, measurement, energy, correctness, system_state, started))
+    if len(plans) > 1:
+        for result in results:
+            result.warnings.append(
+                f"{len(plans)} backends ran in one process: peak memory covers all of them; timings are interleaved"
+            )
+    return results
+
+
+def seeded_inputs(plan: RunPlan, precision: str) -> list[tuple]:
+    """The same seeded observations and noise for every backend, at the given precision, on the target."""
+    dtype = PRECISIONS[precision]
+    target = plan.device.torch_device
+    return [
         (
-            synthetic_observation(spec, workload, config.seed + i, dtype, target),
-            initial_noise(workload, config.seed + i, dtype, target),
+            synthetic_observation(plan.spec, plan.workload, plan.config.seed + i, dtype, target),
+            initial_noise(plan.workload, plan.config.seed + i, dtype, target),
         )
         for i in range(INPUT_VARIANTS)
     ]
-    settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
-    sampler = EulerSampler(workload.steps, workload.batch, target)
-    measurement = measure(policy, sampler, inputs, settings, progress)
-    energy = None
-    if plan.meter.meter is not None:
-        try:
-            windows = measure_energy(
-                policy, sampler, inputs, plan.meter.meter, config.energy_window_s, config.idle_window_s
-            )
-        finally:
-            plan.meter.meter.close()
-        energy = energy_result(plan.meter.meter, windows, workload.actions_per_chunk, plan.meter.notes)
 
+
+def measure_plan_energy(plan: RunPlan, contender: Contender) -> EnergyResult | None:
+    meter, config = plan.meter.meter, plan.config
+    if meter is None:
+        return None
+    try:
+        windows = measure_energy(
+            contender.policy, contender.sampler, contender.inputs, meter, config.energy_window_s, config.idle_window_s
+        )
+    finally:
+        meter.close()
+    return energy_result(meter, windows, plan.workload.actions_per_chunk, plan.meter.notes)
+
+
+def assemble_result(
+    plan: RunPlan,
+    contender: Contender,
+    measurement: Measurement,
+    energy: EnergyResult | None,
+    correctness: Correctness | None,
+    system_state: SystemState,
+    started: datetime,
+) -> RunResult:
+    config, spec, workload = plan.config, plan.spec, plan.workload
+    target = plan.device.torch_device
     samples = measurement.samples_ms
     steps = [samples[step_span_name(i)] for i in range(workload.steps)]
     samples["denoise_step"] = [value for step in steps for value in step]
@@ -128,7 +217,7 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
         config_hash=config_hash(plan),
         started_utc=started,
         finished_utc=datetime.now(timezone.utc),
-        config=config,
+        config=config.model_copy(update={"backend": plan.backend.name}),
         workload=workload,
         model=ModelInfo(
             name=spec.name,
@@ -148,10 +237,11 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
             price_usd=price,
         ),
         backend=plan.backend.name,
-        backend_details=policy.details(),
+        backend_details=contender.policy.details(),
         precision=plan.precision,
         timing=timing,
         control=control,
+        correctness=correctness,
         energy=energy,
         cost=run_cost(plan, energy, timing.phases["e2e"], price) if energy else None,
         memory=MemoryInfo(
@@ -161,7 +251,7 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
             peak_rss_bytes=peak_rss_bytes(),
             cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
         ),
-        warnings=measurement_warnings(phases, config, measurement, system_state),
+        warnings=measurement_warnings(phases, config, measurement, system_state, correctness),
         system_state=system_state,
         provenance=collect_provenance(host, torch.get_num_threads()),
     )
@@ -224,7 +314,11 @@ def control_verdict(e2e: Stats, actions_per_chunk: int, control_hz: float) -> Co
 
 
 def measurement_warnings(
-    phases: dict[str, Stats], config: RunConfig, measurement: Measurement, system: SystemState
+    phases: dict[str, Stats],
+    config: RunConfig,
+    measurement: Measurement,
+    system: SystemState,
+    correctness: Correctness | None = None,
 ) -> list[str]:
     warnings = [
         f"{name}: coefficient of variation {phases[name].cov:.1%} exceeds {NOISY_COV:.0%}; the timing is noisy "
@@ -232,6 +326,13 @@ def measurement_warnings(
         for name in NOISE_CHECKED_PHASES
         if phases[name].cov > NOISY_COV
     ]
+    if correctness is not None and not correctness.passed:
+        warnings.append(
+            f"INVALID: action error {correctness.relative_error:.2e} (relative) / cosine "
+            f"{correctness.displacement_cosine:.6f} "
+            f"exceeds the {correctness.tolerance.max_relative_error:g} / {correctness.tolerance.min_cosine:g} "
+            "tolerance against torch fp32; this run is never ranked"
+        )
     if system.background_cpu_percent > BUSY_BACKGROUND_PERCENT:
         warnings.append(
             f"other processes kept the CPUs {system.background_cpu_percent:.0f}% busy before the run started; "

@@ -75,6 +75,15 @@ def plain_inference(policy: PreparedPolicy, sampler: EulerSampler, obs: Observat
     return sampler.sample(policy, policy.prefix(obs), noise)
 
 
+@dataclass
+class Contender:
+    """One prepared policy with its sampler and its inputs (already on its target, in its dtype)."""
+
+    policy: PreparedPolicy
+    sampler: EulerSampler
+    inputs: Sequence[tuple[Observation, Tensor]]
+
+
 def measure(
     policy: PreparedPolicy,
     sampler: EulerSampler,
@@ -84,40 +93,63 @@ def measure(
 ) -> Measurement:
     """Warm up, then alternate phased and unsynchronized iterations until both the minimum iteration count and
     the minimum duration are met (or ``max_iterations`` is reached). Inputs are cycled, already on the target."""
-    warm = SpanRecorder(policy.synchronize)
-    for index in range(max(settings.warmup, 1)):
-        obs, noise = inputs[index % len(inputs)]
-        phased_inference(policy, sampler, obs, noise, warm)
-    first_inference_ms = warm.samples_ms["e2e"][0]
+    return measure_interleaved([Contender(policy, sampler, inputs)], settings, progress)[0]
 
-    recorder = SpanRecorder(policy.synchronize)
-    unsynced: list[float] = []
-    started = perf_counter_ns()
-    iterations = 0
-    actions = noise
-    while iterations < settings.max_iterations:
-        elapsed_s = (perf_counter_ns() - started) / 1e9
-        if iterations >= settings.min_iterations and elapsed_s >= settings.min_duration_s:
-            break
-        obs, noise = inputs[iterations % len(inputs)]
-        actions = phased_inference(policy, sampler, obs, noise, recorder)
-        policy.synchronize()
-        begin = perf_counter_ns()
-        plain_inference(policy, sampler, obs, noise)
-        policy.synchronize()
-        unsynced.append((perf_counter_ns() - begin) / 1e6)
-        iterations += 1
+
+def measure_interleaved(
+    contenders: Sequence[Contender], settings: RunnerSettings, progress: Progress | None = None
+) -> list[Measurement]:
+    """Round-robin one iteration per contender so machine drift affects all of them alike; each stops counting
+    once it has its minimum iterations and its own minimum timed duration."""
+    first_inference_ms = [_warm_up(c, settings.warmup) for c in contenders]
+    recorders = [SpanRecorder(c.policy.synchronize) for c in contenders]
+    unsynced: list[list[float]] = [[] for _ in contenders]
+    timed_ns = [0] * len(contenders)
+    iterations = [0] * len(contenders)
+    actions: list[Tensor | None] = [None] * len(contenders)
+
+    def done(i: int) -> bool:
+        enough = iterations[i] >= settings.min_iterations and timed_ns[i] / 1e9 >= settings.min_duration_s
+        return enough or iterations[i] >= settings.max_iterations
+
+    while not all(done(i) for i in range(len(contenders))):
+        for i, contender in enumerate(contenders):
+            if done(i):
+                continue
+            policy, sampler = contender.policy, contender.sampler
+            obs, noise = contender.inputs[iterations[i] % len(contender.inputs)]
+            begin = perf_counter_ns()
+            actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i])
+            policy.synchronize()
+            middle = perf_counter_ns()
+            plain_inference(policy, sampler, obs, noise)
+            policy.synchronize()
+            end = perf_counter_ns()
+            unsynced[i].append((end - middle) / 1e6)
+            timed_ns[i] += end - begin
+            iterations[i] += 1
         if progress:
-            progress(iterations, _expected_iterations(settings, iterations, perf_counter_ns() - started))
-    samples = dict(recorder.samples_ms)
-    samples["e2e_unsynced"] = unsynced
-    return Measurement(
-        samples_ms=samples,
-        first_inference_ms=first_inference_ms,
-        iterations=iterations,
-        timed_duration_s=(perf_counter_ns() - started) / 1e9,
-        actions=actions,
-    )
+            expected = [_expected_iterations(settings, n, t) for n, t in zip(iterations, timed_ns, strict=True)]
+            progress(sum(iterations), sum(expected))
+    return [
+        Measurement(
+            samples_ms={**recorders[i].samples_ms, "e2e_unsynced": unsynced[i]},
+            first_inference_ms=first_inference_ms[i],
+            iterations=iterations[i],
+            timed_duration_s=timed_ns[i] / 1e9,
+            actions=actions[i],
+        )
+        for i in range(len(contenders))
+    ]
+
+
+def _warm_up(contender: Contender, warmup: int) -> float:
+    """Untimed inferences (at least one); returns the first one's latency."""
+    recorder = SpanRecorder(contender.policy.synchronize)
+    for index in range(max(warmup, 1)):
+        obs, noise = contender.inputs[index % len(contender.inputs)]
+        phased_inference(contender.policy, contender.sampler, obs, noise, recorder)
+    return recorder.samples_ms["e2e"][0]
 
 
 def _expected_iterations(settings: RunnerSettings, done: int, elapsed_ns: int) -> int:

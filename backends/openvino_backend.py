@@ -1,0 +1,191 @@
+"""OpenVINO over the exported fp32 graphs, on the OpenVINO device named by ``device_target`` (CPU, GPU.1, NPU, AUTO)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.onnx_export import cache_root, export_onnx
+from vlabench.errors import UnavailableError
+from vlabench.replicas import Observation, PrefixCache
+from vlabench.specs import ModelSpec
+from vlabench.workload import Workload
+
+GRAPH_NAMES = ("vision", "prefill", "denoise")
+ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}  # run precision -> OpenVINO inference precision
+CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
+
+
+def _openvino():
+    try:
+        import openvino
+    except ImportError:
+        raise UnavailableError("backend 'openvino' needs openvino: pip install openvino") from None
+    return openvino
+
+
+def _present(device: str, available: list[str]) -> bool:
+    """``GPU`` matches any ``GPU.N``; an indexed name must match exactly."""
+    return any(name == device or ("." not in device and name.partition(".")[0] == device) for name in available)
+
+
+def _numpy(value: Tensor) -> np.ndarray:
+    """Host array for a graph input; the graphs are fp32, so reduced-precision floats are widened."""
+    value = value.detach()
+    return (value.float() if value.is_floating_point() else value).contiguous().numpy()
+
+
+class OpenVinoPolicy(PreparedPolicy):
+    def __init__(self, compiled: dict[str, Any], dtype: torch.dtype, details: dict[str, Any]) -> None:
+        self.requests = {graph: model.create_infer_request() for graph, model in compiled.items()}
+        # a compiled port may carry several names (``t`` and ``/Cast_output_0``): feed by any of them
+        self.inputs = {
+            graph: {name for port in model.inputs for name in port.get_names()} for graph, model in compiled.items()
+        }
+        self.dtype = dtype
+        self._details = details
+
+    def _run(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
+        """Inputs are shared zero-copy; outputs are copied out of the request's reused buffers."""
+        present = {name: _numpy(value) for name, value in feeds.items() if name in self.inputs[graph]}
+        results = self.requests[graph].infer(present, share_inputs=True, share_outputs=False)
+        outputs = [torch.from_numpy(array) for array in results.to_tuple()]
+        return [out.to(self.dtype) if out.is_floating_point() else out for out in outputs]
+
+    def embed_images(self, obs: Observation) -> Tensor:
+        return self._run("vision", {"images": obs.images})[0]
+
+    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
+        feeds = {
+            "image_tokens": image_tokens,
+            "language_tokens": obs.language_tokens,
+            "language_mask": obs.language_mask,
+            "state": obs.state,
+        }
+        keys, values, valid = self._run("prefill", feeds)
+        return PrefixCache(keys=keys, values=values, valid=valid, state=obs.state)
+
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
+        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
+        return self._run("denoise", {**feeds, "state": cache.state})[0]
+
+    def synchronize(self) -> None:
+        """``InferRequest.infer`` is synchronous, so every call has already finished."""
+
+    def details(self) -> dict[str, Any]:
+        return self._details
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+
+    @classmethod
+    def from_options(cls, options: BackendOptions) -> OpenVinoBackend:
+        return cls(options.device_target or "CPU")
+
+    def __init__(self, target: str = "CPU") -> None:
+        self.target = target.upper()
+
+    @cached_property
+    def core(self) -> Any:
+        return _openvino().Core()
+
+    def hardware(self) -> list[str]:
+        """The devices the target may run on: itself, or AUTO's candidates (every available device when unlisted)."""
+        kind, _, listed = self.target.partition(":")
+        if kind != "AUTO":
+            return [self.target]
+        return [name for name in listed.split(",") if name] or self.core.available_devices
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        if device.type != "cpu":
+            return (
+                f"the openvino backend takes and returns host tensors: run it on the cpu torch device, not {device}, "
+                f"and choose the OpenVINO device with the device target (now '{self.target}')"
+            )
+        try:
+            available = self.core.available_devices
+        except UnavailableError as error:
+            return str(error)
+        hardware = self.hardware()
+        if not hardware or not all(_present(name, available) for name in hardware):
+            return (
+                f"OpenVINO device '{self.target}' is not available here; "
+                f"available OpenVINO devices: {', '.join(available) or 'none'} (or AUTO over them)"
+            )
+        return None
+
+    def precisions(self, device: torch.device) -> tuple[str, ...]:
+        """The precisions every device of the target computes natively; others it would silently run in f32."""
+        if self.unavailable_reason(device):
+            return tuple(PRECISIONS)
+        native = [set(self.core.get_property(name, "OPTIMIZATION_CAPABILITIES")) for name in self.hardware()]
+        return tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
+
+    def prepare(
+        self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
+    ) -> PreparedPolicy:
+        ov = _openvino()
+        reason = self.unavailable_reason(device)
+        if reason:
+            raise UnavailableError(reason)
+        if precision not in self.precisions(device):
+            raise UnavailableError(
+                f"OpenVINO device '{self.target}' has no native {precision} (it would silently run f32); "
+                f"precisions here: {', '.join(self.precisions(device))}"
+            )
+        exported = export_onnx(spec, workload, "fp32", seed)
+        cache_dir = cache_root() / "openvino"
+        config: dict[str, Any] = {
+            "INFERENCE_PRECISION_HINT": getattr(ov.Type, ELEMENT_TYPES[precision]),
+            "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
+            "CACHE_DIR": str(cache_dir),
+        }
+        supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
+        if all("INFERENCE_NUM_THREADS" in properties for properties in supported):  # a CPU-plugin setting
+            config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
+        compiled = {
+            graph: self.core.compile_model(self.core.read_model(str(exported.graph(graph))), self.target, config)
+            for graph in GRAPH_NAMES
+        }
+        requested = ELEMENT_TYPES[precision]
+        effective = sorted({name for model in compiled.values() if (name := self._precision(model))})
+        if effective and effective != [requested]:
+            raise UnavailableError(
+                f"OpenVINO device '{self.target}' was asked for {requested} but runs {', '.join(effective)}"
+            )
+        denoise = compiled["denoise"]
+        hint = self._property(denoise, "PERFORMANCE_HINT")  # a str, or a PerformanceMode from AUTO
+        details = {
+            "openvino": ov.__version__,
+            "device_target": self.target,
+            "execution_devices": self._property(denoise, "EXECUTION_DEVICES"),
+            "full_device_name": ", ".join(self.core.get_property(name, "FULL_DEVICE_NAME") for name in self.hardware()),
+            "requested_inference_precision": requested,
+            "effective_inference_precision": effective[0] if effective else None,
+            "performance_hint": getattr(hint, "name", hint),
+            "inference_num_threads": self._property(denoise, "INFERENCE_NUM_THREADS"),
+            "cache_dir": str(cache_dir),
+            "onnx_folder": str(exported.folder),
+            "onnx_reused": exported.reused,
+        }
+        return OpenVinoPolicy(compiled, PRECISIONS[precision], details)
+
+    @staticmethod
+    def _property(model: Any, key: str) -> Any:
+        """A compiled-model property, or None where the device does not report it (AUTO hides the precision)."""
+        try:
+            return model.get_property(key)
+        except RuntimeError:
+            return None
+
+    @classmethod
+    def _precision(cls, model: Any) -> str | None:
+        """The inference precision a compiled model actually runs (``f32``, ``bf16``, ``f16``), where reported."""
+        value = cls._property(model, "INFERENCE_PRECISION_HINT")
+        return value.get_type_name() if value is not None else None
