@@ -12,6 +12,7 @@ cpu family\t: 6
 model\t\t: 167
 model name\t: 11th Gen Intel(R) Core(TM) i7-11700 @ 2.50GHz
 stepping\t: 1
+flags\t\t: fpu vme sse sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl avx512_vnni
 """
 
 # /proc/cpuinfo tail on a Raspberry Pi 5 (Raspberry Pi OS bookworm): Arm fields, then a "Model" line.
@@ -50,6 +51,18 @@ def test_cpu_model_read_from_recorded_cpuinfo(tmp_path):
     assert read_cpu_model(path) == "11th Gen Intel(R) Core(TM) i7-11700 @ 2.50GHz"
     path.write_text(ARM_CPUINFO)
     assert read_cpu_model(path) == "Raspberry Pi 5 Model B Rev 1.0"
+
+
+def test_cpu_flags_from_cpuinfo(tmp_path):
+    from vlabench.detection import read_cpu_flags
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(X86_CPUINFO)
+    flags = read_cpu_flags(path)
+    assert {"avx2", "avx512f", "avx512_vnni"} <= flags and "avx512_bf16" not in flags
+    path.write_text(ARM_CPUINFO)
+    assert "asimd" in read_cpu_flags(path)
+    assert read_cpu_flags(tmp_path / "absent") == set()
 
 
 def test_jetson_model_read_from_device_tree(tmp_path):

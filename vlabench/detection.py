@@ -51,6 +51,16 @@ def read_cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """ISA feature flags of the first CPU (x86 'flags', Arm 'Features')."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return set()
+    match = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, flags=re.MULTILINE)
+    return set(match.group(1).split()) if match else set()
+
+
 def read_jetson_model(device_tree_model: Path = Path("/proc/device-tree/model")) -> str | None:
     try:
         model = device_tree_model.read_text(errors="replace").strip("\x00\n ")
