@@ -5,7 +5,9 @@ from __future__ import annotations
 from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.openvino_backend import OpenVinoBackend
+from vlabench.backends.tensorrt_backend import TensorRtBackend
 from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.torch_compile_backend import TorchCompileBackend
 from vlabench.errors import unknown_name
 
 __all__ = [
@@ -20,8 +22,10 @@ __all__ = [
 
 BACKENDS: dict[str, type[Backend]] = {
     "torch": TorchBackend,
+    "torch-compile": TorchCompileBackend,
     "onnxruntime": OnnxRuntimeBackend,
     "openvino": OpenVinoBackend,
+    "tensorrt": TensorRtBackend,
 }
 
 

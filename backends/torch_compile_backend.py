@@ -1,0 +1,186 @@
+"""torch.compile (Inductor) over the three phase functions, compiled eagerly in ``prepare``; on CUDA the whole
+denoising loop can also be replayed as one captured CUDA graph (``sample_fused``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.torch_backend import TorchBackend
+from vlabench.errors import UnavailableError, unknown_name
+from vlabench.replicas import FlowMatchingVLA, Observation, PrefixCache, build_replica
+from vlabench.sampler import EulerSampler
+from vlabench.specs import ModelSpec
+from vlabench.workload import Workload, initial_noise, synthetic_observation
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+WITHOUT_CUDAGRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+FULLGRAPH = True  # every phase of every replica traces without a graph break
+CACHE_FIELDS = ("keys", "values", "valid", "state")
+CAPTURE_WARMUP = 3
+
+
+def _compile(function: Callable, mode: str) -> Callable:
+    return torch.compile(function, mode=mode, fullgraph=FULLGRAPH, dynamic=False)
+
+
+def _copy_cache(cache: PrefixCache) -> PrefixCache:
+    return PrefixCache(**{name: getattr(cache, name).clone() for name in CACHE_FIELDS})
+
+
+class FusedDenoiseLoop:
+    """All Euler steps captured as one CUDA graph over static noise and prefix-cache buffers."""
+
+    def __init__(self, denoise: Callable, sampler: EulerSampler, cache: PrefixCache, noise: Tensor) -> None:
+        self.noise = noise.clone()
+        self.cache = _copy_cache(cache)
+        stepper = SimpleNamespace(denoise_step=denoise)
+        current = torch.cuda.current_stream(noise.device)
+        side = torch.cuda.Stream(noise.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(CAPTURE_WARMUP):
+                sampler.sample(stepper, self.cache, self.noise)
+        current.wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.actions = sampler.sample(stepper, self.cache, self.noise)
+
+    def __call__(self, cache: PrefixCache, noise: Tensor) -> Tensor:
+        pairs = [(self.noise, noise)] + [(getattr(self.cache, name), getattr(cache, name)) for name in CACHE_FIELDS]
+        for static, value in pairs:
+            if static.shape != value.shape:
+                raise ValueError(f"fused loop was captured for shape {tuple(static.shape)}, got {tuple(value.shape)}")
+            static.copy_(value)
+        self.graph.replay()
+        return self.actions.clone()
+
+
+class CompiledPolicy(PreparedPolicy):
+    def __init__(self, model: FlowMatchingVLA, device: torch.device, mode: str, sampler: EulerSampler) -> None:
+        self.model = model
+        self.device = device
+        self.mode = mode
+        self.sampler = sampler
+        self._embed = _compile(model.embed_images, mode)
+        self._prefill = _compile(model.prefill, mode)
+        self._denoise = _compile(model.denoise_step, mode)
+        # Inductor's CUDA graph trees recycle a graph's outputs once the next compiled call starts: copy out the
+        # outputs that outlive that call (the denoise velocity is consumed by the sampler before the next step).
+        self._copy_outputs = device.type == "cuda" and mode in WITHOUT_CUDAGRAPHS
+        self.compile_s: dict[str, float] = {}
+        self.fused: FusedDenoiseLoop | None = None
+        self.fused_capture_s: float | None = None
+
+    @torch.inference_mode()
+    def embed_images(self, obs: Observation) -> Tensor:
+        tokens = self._embed(obs.images)
+        return tokens.clone() if self._copy_outputs else tokens
+
+    @torch.inference_mode()
+    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
+        cache = self._prefill(obs, image_tokens)
+        return _copy_cache(cache) if self._copy_outputs else cache
+
+    @torch.inference_mode()
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
+        return self._denoise(x_t, t, cache)
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def compile_phases(self, obs: Observation, noise: Tensor) -> PrefixCache:
+        """Compile every phase by calling it once on example inputs, recording how long each first call took."""
+        image_tokens = self._first_call("vision", self.embed_images, obs)
+        cache = self._first_call("prefill", self.prefill, obs, image_tokens)
+        self._first_call("denoise", self.denoise_step, noise, self.sampler.times[0], cache)
+        return cache
+
+    def _first_call(self, phase: str, function: Callable, *args: Any) -> Any:
+        self.synchronize()
+        start = time.perf_counter()
+        result = function(*args)
+        self.synchronize()
+        self.compile_s[phase] = time.perf_counter() - start
+        return result
+
+    @torch.inference_mode()
+    def capture_fused(self, cache: PrefixCache, noise: Tensor) -> None:
+        """Capture the whole denoising loop as one CUDA graph for ``sample_fused``."""
+        if self.device.type != "cuda":
+            raise UnavailableError(f"the fused denoise loop is a CUDA graph; it cannot run on {self.device}")
+        mode = WITHOUT_CUDAGRAPHS.get(self.mode)
+        denoise = self._denoise if mode is None else _compile(self.model.denoise_step, mode)
+        start = time.perf_counter()
+        self.fused = FusedDenoiseLoop(denoise, self.sampler, cache, noise)
+        self.synchronize()
+        self.fused_capture_s = time.perf_counter() - start
+
+    @torch.inference_mode()
+    def sample_fused(self, cache: PrefixCache, noise: Tensor) -> Tensor:
+        """All denoising steps as one CUDA graph replay; the same result as ``EulerSampler.sample`` on this policy."""
+        if self.fused is None:
+            self.capture_fused(cache, noise)
+        return self.fused(cache, noise)
+
+    def details(self) -> dict[str, Any]:
+        from torch._inductor import config as inductor_config  # a 2 s import: only once compiling is under way
+
+        cuda = self.device.type == "cuda"
+        details = {
+            "mode": self.mode,
+            "fullgraph": FULLGRAPH,
+            "dynamic": False,
+            "torch": torch.__version__,
+            "compiler": "inductor",
+            "inductor_codegen": inductor_config.cuda_backend if cuda else inductor_config.cpu_backend,
+            "intra_op_threads": torch.get_num_threads(),
+            "compile_s": dict(self.compile_s),
+            "fused_denoise_loop": self.fused is not None,
+        }
+        if self.fused is not None:
+            details["fused_capture_s"] = self.fused_capture_s
+        return details
+
+
+class TorchCompileBackend(Backend):
+    name = "torch-compile"
+
+    @classmethod
+    def from_options(cls, options: BackendOptions) -> TorchCompileBackend:
+        return cls(options.compile_mode)
+
+    def __init__(self, mode: str = "default", fuse_denoise_loop: bool = False) -> None:
+        if mode not in COMPILE_MODES:
+            raise unknown_name("compile mode", mode, COMPILE_MODES)
+        self.mode = mode
+        self.fuse_denoise_loop = fuse_denoise_loop
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        reason = TorchBackend().unavailable_reason(device)
+        if reason is None and device.type == "cuda" and importlib.util.find_spec("triton") is None:
+            return "torch.compile on CUDA needs triton (pip install triton)"
+        if reason is None and self.fuse_denoise_loop and device.type != "cuda":
+            return f"the fused denoise loop is a CUDA graph; it cannot run on {device}"
+        return reason
+
+    def prepare(
+        self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
+    ) -> CompiledPolicy:
+        """Build the replica, compile all three phases now and, if asked (CUDA only), capture the fused loop."""
+        dtype = PRECISIONS[precision]
+        sampler = EulerSampler(workload.steps, workload.batch, device)
+        policy = CompiledPolicy(build_replica(spec, seed, dtype, device), device, self.mode, sampler)
+        noise = initial_noise(workload, seed, dtype, device)
+        cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)
+        if self.fuse_denoise_loop:
+            policy.capture_fused(cache, noise)
+        return policy

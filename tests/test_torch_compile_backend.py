@@ -1,0 +1,95 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vlabench.backends.base import BackendOptions
+from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.torch_compile_backend import COMPILE_MODES, CompiledPolicy, TorchCompileBackend
+from vlabench.errors import InputError, UnavailableError
+from vlabench.replicas import build_replica
+from vlabench.sampler import EulerSampler
+from vlabench.specs import load_model_spec
+from vlabench.workload import Workload, initial_noise, synthetic_observation
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this host")
+
+
+def sample(policy, spec, workload, device, seed=0):
+    obs = synthetic_observation(spec, workload, seed, torch.float32, device)
+    noise = initial_noise(workload, seed, torch.float32, device)
+    return EulerSampler(workload.steps, workload.batch, device).sample(policy, policy.prefix(obs), noise)
+
+
+def assert_matches(actions, reference):
+    assert (actions - reference).abs().max() < 1e-4
+    assert F.cosine_similarity(actions.flatten().double(), reference.flatten().double(), dim=0) > 0.99999
+
+
+@pytest.mark.parametrize("name", ["smolvla-tiny", "pi0-tiny"])
+def test_compiled_fp32_matches_eager_and_compiles_in_prepare(name):
+    spec = load_model_spec(name)
+    workload = Workload.from_spec(spec)
+    cpu = torch.device("cpu")
+    policy = TorchCompileBackend().prepare(spec, workload, cpu, "fp32", seed=0)
+    details = policy.details()
+    assert details["mode"] == "default" and details["fullgraph"] is True
+    assert details["compile_s"].keys() == {"vision", "prefill", "denoise"}
+    assert all(seconds > 0 for seconds in details["compile_s"].values())
+    assert details["fused_denoise_loop"] is False
+    with torch._dynamo.config.patch(error_on_recompile=True):  # prepare() already compiled every phase
+        actions = sample(policy, spec, workload, cpu)
+    assert_matches(actions, sample(TorchBackend().prepare(spec, workload, cpu, "fp32", seed=0), spec, workload, cpu))
+
+
+def test_unknown_compile_mode_is_an_input_error_listing_the_modes():
+    with pytest.raises(InputError) as raised:
+        TorchCompileBackend.from_options(BackendOptions(compile_mode="fastest"))
+    assert all(mode in str(raised.value) for mode in COMPILE_MODES)
+    assert [TorchCompileBackend.from_options(BackendOptions(compile_mode=m)).mode for m in COMPILE_MODES] == list(
+        COMPILE_MODES
+    )
+
+
+def test_fused_loop_is_refused_off_cuda():
+    cpu = torch.device("cpu")
+    assert "CUDA graph" in TorchCompileBackend(fuse_denoise_loop=True).unavailable_reason(cpu)
+    assert TorchCompileBackend().unavailable_reason(cpu) is None
+    spec = load_model_spec("smolvla-tiny")
+    workload = Workload.from_spec(spec)
+    policy = CompiledPolicy(build_replica(spec, 0, torch.float32, cpu), cpu, "default", EulerSampler(2, 1, cpu))
+    with pytest.raises(UnavailableError, match="CUDA graph"):
+        policy.sample_fused(None, initial_noise(workload, 0, torch.float32, cpu))
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_cuda_matches_eager(mode):
+    spec = load_model_spec("pi0-tiny")
+    workload = Workload.from_spec(spec)
+    cuda = torch.device("cuda")
+    policy = TorchCompileBackend(mode).prepare(spec, workload, cuda, "fp32", seed=0)
+    assert policy.details()["inductor_codegen"] == "triton"
+    reference = sample(TorchBackend().prepare(spec, workload, cuda, "fp32", seed=0), spec, workload, cuda)
+    for _ in range(3):  # reduce-overhead: warm-up, CUDA graph record, replay
+        assert_matches(sample(policy, spec, workload, cuda), reference)
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_fused_cuda_graph_loop_matches_the_unfused_compiled_loop(mode):
+    spec = load_model_spec("pi0-tiny")
+    workload = Workload.from_spec(spec)
+    cuda = torch.device("cuda")
+    policy = TorchCompileBackend(mode, fuse_denoise_loop=True).prepare(spec, workload, cuda, "fp32", seed=0)
+    details = policy.details()
+    assert details["fused_denoise_loop"] is True and details["fused_capture_s"] > 0
+    sampler = EulerSampler(workload.steps, workload.batch, cuda)
+    results = []
+    for seed in (1, 2):  # inputs other than the captured ones, copied into the static buffers
+        obs = synthetic_observation(spec, workload, seed, torch.float32, cuda)
+        noise = initial_noise(workload, seed, torch.float32, cuda)
+        cache = policy.prefix(obs)
+        results.append((policy.sample_fused(cache, noise), sampler.sample(policy, cache, noise)))
+    for fused, unfused in results:  # the first result survives the second replay
+        torch.testing.assert_close(fused, unfused, atol=1e-5, rtol=0)
+    assert not torch.equal(results[0][0], results[1][0])
