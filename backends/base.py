@@ -69,3 +69,34 @@ class Backend(ABC):
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
         """Build the seeded replica and make it runnable on ``device`` at ``precision``."""
+
+
+class GraphPolicy(PreparedPolicy):
+    """A policy made of the three exported graphs (see ``onnx_export.GRAPHS``); subclasses run one graph."""
+
+    def __init__(self, details: dict[str, Any]) -> None:
+        self._details = details
+
+    @abstractmethod
+    def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Run ``graph`` on the named inputs it has (extra feeds are ignored); outputs by name."""
+
+    def embed_images(self, obs: Observation) -> Tensor:
+        return self.run_graph("vision", {"images": obs.images})["image_tokens"]
+
+    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
+        feeds = {
+            "image_tokens": image_tokens,
+            "language_tokens": obs.language_tokens,
+            "language_mask": obs.language_mask,
+            "state": obs.state,
+        }
+        out = self.run_graph("prefill", feeds)
+        return PrefixCache(keys=out["keys"], values=out["values"], valid=out["valid"], state=obs.state)
+
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
+        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
+        return self.run_graph("denoise", {**feeds, "state": cache.state})["velocity"].to(x_t.dtype)
+
+    def details(self) -> dict[str, Any]:
+        return self._details

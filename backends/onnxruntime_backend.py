@@ -8,10 +8,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.onnx_export import ExportedModel, export_onnx
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, PreparedPolicy
+from vlabench.backends.onnx_export import GRAPHS, export_onnx
 from vlabench.errors import InputError, UnavailableError
-from vlabench.replicas import Observation, PrefixCache
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
@@ -37,41 +36,22 @@ def _ort():
     return onnxruntime
 
 
-class OrtPolicy(PreparedPolicy):
-    def __init__(self, sessions: dict[str, Any], exported: ExportedModel, details: dict[str, Any]) -> None:
+class OrtPolicy(GraphPolicy):
+    def __init__(self, sessions: dict[str, Any], details: dict[str, Any]) -> None:
+        super().__init__(details)
         self.sessions = sessions
-        self.exported = exported
-        self._details = details
         self.inputs = {name: {i.name for i in session.get_inputs()} for name, session in sessions.items()}
 
-    def _run(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
+    def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
         """Host arrays in and out; outputs return to the device the inputs came from."""
         present = {name: value.detach().cpu().numpy() for name, value in feeds.items() if name in self.inputs[graph]}
         device = next(iter(feeds.values())).device
-        return [torch.from_numpy(np.asarray(out)).to(device) for out in self.sessions[graph].run(None, present)]
-
-    def embed_images(self, obs: Observation) -> Tensor:
-        return self._run("vision", {"images": obs.images})[0]
-
-    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
-        feeds = {
-            "image_tokens": image_tokens,
-            "language_tokens": obs.language_tokens,
-            "language_mask": obs.language_mask,
-            "state": obs.state,
-        }
-        keys, values, valid = self._run("prefill", feeds)
-        return PrefixCache(keys=keys, values=values, valid=valid, state=obs.state)
-
-    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
-        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
-        return self._run("denoise", {**feeds, "state": cache.state})[0]
+        names = GRAPHS[graph][1]
+        outputs = self.sessions[graph].run(names, present)
+        return {name: torch.from_numpy(np.asarray(out)).to(device) for name, out in zip(names, outputs, strict=True)}
 
     def synchronize(self) -> None:
         """``InferenceSession.run`` returns host arrays, so every call has already finished."""
-
-    def details(self) -> dict[str, Any]:
-        return self._details
 
 
 class OnnxRuntimeBackend(Backend):
@@ -129,4 +109,4 @@ class OnnxRuntimeBackend(Backend):
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
         }
-        return OrtPolicy(sessions, exported, details)
+        return OrtPolicy(sessions, details)

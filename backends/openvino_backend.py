@@ -9,10 +9,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.onnx_export import cache_root, export_onnx
+from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, GraphPolicy, PreparedPolicy
+from vlabench.backends.onnx_export import GRAPHS, cache_root, export_onnx
 from vlabench.errors import UnavailableError
-from vlabench.replicas import Observation, PrefixCache
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
@@ -40,45 +39,26 @@ def _numpy(value: Tensor) -> np.ndarray:
     return (value.float() if value.is_floating_point() else value).contiguous().numpy()
 
 
-class OpenVinoPolicy(PreparedPolicy):
+class OpenVinoPolicy(GraphPolicy):
     def __init__(self, compiled: dict[str, Any], dtype: torch.dtype, details: dict[str, Any]) -> None:
+        super().__init__(details)
         self.requests = {graph: model.create_infer_request() for graph, model in compiled.items()}
         # a compiled port may carry several names (``t`` and ``/Cast_output_0``): feed by any of them
         self.inputs = {
             graph: {name for port in model.inputs for name in port.get_names()} for graph, model in compiled.items()
         }
         self.dtype = dtype
-        self._details = details
 
-    def _run(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
+    def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
         """Inputs are shared zero-copy; outputs are copied out of the request's reused buffers."""
         present = {name: _numpy(value) for name, value in feeds.items() if name in self.inputs[graph]}
         results = self.requests[graph].infer(present, share_inputs=True, share_outputs=False)
         outputs = [torch.from_numpy(array) for array in results.to_tuple()]
-        return [out.to(self.dtype) if out.is_floating_point() else out for out in outputs]
-
-    def embed_images(self, obs: Observation) -> Tensor:
-        return self._run("vision", {"images": obs.images})[0]
-
-    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
-        feeds = {
-            "image_tokens": image_tokens,
-            "language_tokens": obs.language_tokens,
-            "language_mask": obs.language_mask,
-            "state": obs.state,
-        }
-        keys, values, valid = self._run("prefill", feeds)
-        return PrefixCache(keys=keys, values=values, valid=valid, state=obs.state)
-
-    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
-        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
-        return self._run("denoise", {**feeds, "state": cache.state})[0]
+        cast = [out.to(self.dtype) if out.is_floating_point() else out for out in outputs]
+        return dict(zip(GRAPHS[graph][1], cast, strict=True))
 
     def synchronize(self) -> None:
         """``InferRequest.infer`` is synchronous, so every call has already finished."""
-
-    def details(self) -> dict[str, Any]:
-        return self._details
 
 
 class OpenVinoBackend(Backend):

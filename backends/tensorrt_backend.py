@@ -13,10 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, PreparedPolicy
+from vlabench.backends.base import Backend, GraphPolicy, PreparedPolicy
 from vlabench.backends.onnx_export import GRAPHS, cache_root, export_onnx
 from vlabench.errors import UnavailableError
-from vlabench.replicas import Observation, PrefixCache
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
@@ -116,35 +115,18 @@ class EngineRunner:
         return outputs
 
 
-class TensorRtPolicy(PreparedPolicy):
+class TensorRtPolicy(GraphPolicy):
     def __init__(self, runtime: Any, engines: dict[str, EngineRunner], device: torch.device, details: dict[str, Any]):
+        super().__init__(details)
         self.runtime = runtime  # outlives the engines it deserialized
         self.engines = engines
         self.device = device
-        self._details = details
 
-    def embed_images(self, obs: Observation) -> Tensor:
-        return self.engines["vision"]({"images": obs.images})["image_tokens"]
-
-    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
-        feeds = {
-            "image_tokens": image_tokens,
-            "language_tokens": obs.language_tokens,
-            "language_mask": obs.language_mask,
-            "state": obs.state,
-        }
-        out = self.engines["prefill"](feeds)
-        return PrefixCache(keys=out["keys"], values=out["values"], valid=out["valid"], state=obs.state)
-
-    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
-        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
-        return self.engines["denoise"]({**feeds, "state": cache.state})["velocity"].to(x_t.dtype)
+    def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
+        return self.engines[graph](feeds)
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
-
-    def details(self) -> dict[str, Any]:
-        return self._details
 
 
 class TensorRtBackend(Backend):

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -63,17 +62,13 @@ def main(
 
 
 def load_config_file(path: Path) -> RunConfig:
+    from vlabench.yaml_data import parse_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: malformed YAML: {exc}") from None
-    try:
-        return RunConfig.model_validate(data or {})
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise InputError(f"{path}: invalid run config: {problems}") from None
+    return parse_yaml(text, RunConfig, str(path), "run config", empty_ok=True)
 
 
 @app.command()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Literal
 
 import torch
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.detection import HostInfo, detect_host
-from vlabench.errors import InputError, UnavailableError, unknown_name
+from vlabench.errors import UnavailableError, unknown_name
+from vlabench.yaml_data import load_packaged, packaged_names
 
 FAMILY_ALIASES = ("auto", "host", "cpu", "cuda", "gpu", "jetson")
 
@@ -109,8 +108,7 @@ class ResolvedDevice:
 
 
 def profile_names() -> list[str]:
-    folder = resources.files("vlabench.profiles").joinpath("devices")
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return packaged_names("devices")
 
 
 @cache
@@ -118,15 +116,7 @@ def load_device_profile(name: str) -> DeviceProfile:
     names = profile_names()
     if name not in names:
         raise unknown_name("device", name, [*names, *FAMILY_ALIASES])
-    text = resources.files("vlabench.profiles").joinpath("devices", f"{name}.yaml").read_text()
-    origin = f"profiles/devices/{name}.yaml"
-    try:
-        return DeviceProfile.model_validate(yaml.safe_load(text))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{origin}: malformed YAML: {exc}") from None
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise InputError(f"{origin}: invalid device profile: {problems}") from None
+    return load_packaged("devices", name, DeviceProfile, "device profile")
 
 
 def all_profiles() -> list[DeviceProfile]:

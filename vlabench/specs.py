@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cache
-from importlib import resources
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vlabench.errors import InputError, unknown_name
+from vlabench.errors import unknown_name
+from vlabench.yaml_data import load_packaged, packaged_names, parse_yaml
 
 
 class _Strict(BaseModel):
@@ -137,8 +136,7 @@ class ModelSpec(_Strict):
 
 
 def model_names() -> list[str]:
-    folder = resources.files("vlabench.profiles").joinpath("models")
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return packaged_names("models")
 
 
 @cache
@@ -147,17 +145,8 @@ def load_model_spec(name: str) -> ModelSpec:
     names = model_names()
     if name not in names:
         raise unknown_name("model", name, names)
-    text = resources.files("vlabench.profiles").joinpath("models", f"{name}.yaml").read_text()
-    return parse_model_spec(text, origin=f"profiles/models/{name}.yaml")
+    return load_packaged("models", name, ModelSpec, "model spec")
 
 
 def parse_model_spec(text: str, origin: str) -> ModelSpec:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{origin}: malformed YAML: {exc}") from None
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise InputError(f"{origin}: invalid model spec: {problems}") from None
+    return parse_yaml(text, ModelSpec, origin, "model spec")
