@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,10 @@ class PreparedPolicy(ABC):
     def prefix(self, obs: Observation) -> PrefixCache:
         return self.prefill(obs, self.embed_images(obs))
 
+    def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
+        """A whole-loop replacement for the Sampler (e.g. a captured CUDA graph), reported as its own variant."""
+        return None
+
     def details(self) -> dict[str, Any]:
         """Backend settings recorded in the result (threads, modes, versions)."""
         return {}
@@ -47,6 +52,7 @@ class BackendOptions:
     ep: str | None = None  # onnxruntime execution provider
     device_target: str | None = None  # openvino device: CPU, GPU, NPU, ...
     compile_mode: str = "default"  # torch.compile mode
+    fuse_denoise_loop: bool = False  # torch-compile on CUDA: replay the whole denoise loop as one CUDA graph
 
 
 class Backend(ABC):

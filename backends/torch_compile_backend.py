@@ -125,6 +125,9 @@ class CompiledPolicy(PreparedPolicy):
         self.fused_capture_s = time.perf_counter() - start
 
     @torch.inference_mode()
+    def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
+        return self.sample_fused if self.fused is not None else None
+
     def sample_fused(self, cache: PrefixCache, noise: Tensor) -> Tensor:
         """All denoising steps as one CUDA graph replay; the same result as ``EulerSampler.sample`` on this policy."""
         if self.fused is None:
@@ -156,7 +159,7 @@ class TorchCompileBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchCompileBackend:
-        return cls(options.compile_mode)
+        return cls(options.compile_mode, options.fuse_denoise_loop)
 
     def __init__(self, mode: str = "default", fuse_denoise_loop: bool = False) -> None:
         if mode not in COMPILE_MODES:

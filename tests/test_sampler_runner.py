@@ -120,3 +120,20 @@ def test_phased_and_plain_inference_compute_the_same_actions(prepared_tiny):
     plain = plain_inference(policy, sampler, obs, noise)
     assert torch.equal(phased, plain)
     assert not torch.equal(plain, noise)
+
+
+def test_a_fused_loop_replaces_the_sampler_and_its_step_spans(prepared_tiny):
+    policy, sampler, inputs = prepared_tiny
+    calls = []
+
+    def whole_loop(cache, noise):
+        calls.append(1)
+        return sampler.sample(policy, cache, noise)
+
+    policy.fused_loop = lambda: whole_loop
+    result = measure(
+        policy, sampler, inputs, RunnerSettings(warmup=1, min_iterations=2, min_duration_s=0, max_iterations=2)
+    )
+    assert len(calls) == 1 + 2 * 2  # warm-up, then a phased and a plain inference per iteration
+    assert not any(name.startswith("denoise_step[") for name in result.samples_ms)
+    assert len(result.samples_ms["action"]) == 2

@@ -91,6 +91,12 @@ def run(
     compile_mode: Annotated[
         str | None, typer.Option(help="torch.compile mode for torch-compile. [default: default]")
     ] = None,
+    fuse_denoise_loop: Annotated[
+        bool | None,
+        typer.Option(
+            "--fuse-denoise-loop", help="torch-compile on CUDA: replay the whole denoise loop as a CUDA graph."
+        ),
+    ] = None,
     precision: Annotated[
         str | None, typer.Option(help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")
     ] = None,
@@ -143,6 +149,7 @@ def run(
         "ep": ep,
         "device_target": device_target,
         "compile_mode": compile_mode,
+        "fuse_denoise_loop": fuse_denoise_loop,
         "precision": precision,
         "cameras": cameras,
         "steps": steps,

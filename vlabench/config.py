@@ -16,6 +16,7 @@ class RunConfig(BaseModel):
     ep: str | None = Field(default=None, description="onnxruntime execution provider (cpu, cuda, tensorrt, ...)")
     device_target: str | None = Field(default=None, description="openvino device (CPU, GPU, NPU, ...)")
     compile_mode: str = Field(default="default", description="torch.compile mode for the torch-compile backend")
+    fuse_denoise_loop: bool = Field(default=False, description="torch-compile on CUDA: one CUDA graph per loop")
     precision: str | None = Field(default=None, description="None: fp32 on CPUs, bf16 on CUDA")
     cameras: int | None = Field(default=None, gt=0, description="None: the model's default")
     steps: int | None = Field(default=None, gt=0, description="None: the model's default")

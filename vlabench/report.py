@@ -202,6 +202,8 @@ def result_tables(result: RunResult) -> list[Any]:
         {"p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"},
     )
     for name, label in PHASE_LABELS.items():
+        if name not in timing.phases:
+            continue
         stats = timing.phases[name]
         share = f"{stats.p50 / e2e:.0%}" if name in ("vision", "prefill", "action") else ""
         cov = Text(f"{stats.cov:.1%}", style="yellow" if stats.cov > 0.05 else "")
@@ -245,6 +247,9 @@ def correctness_line(result: RunResult) -> Text:
     )
 
 
+PHASE_COLUMNS = ("vision", "prefill", "denoise_step", "action", "e2e")
+
+
 def comparison_table(results: list[RunResult]) -> Table:
     """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
     eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
@@ -272,7 +277,7 @@ def comparison_table(results: list[RunResult]) -> Table:
         table.add_row(
             result.backend,
             result.precision,
-            *(f"{phases[name].p50:.2f}" for name in ("vision", "prefill", "denoise_step", "action", "e2e")),
+            *(f"{phases[name].p50:.2f}" if name in phases else "fused" for name in PHASE_COLUMNS),
             f"{phases['e2e'].p99:.2f}",
             f"{baseline / phases['e2e'].p50:.2f}×" if baseline else "—",
             f"{check.relative_error:.1e}" if check else "ref",

@@ -58,7 +58,12 @@ class RunPlan:
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
-    return BackendOptions(ep=config.ep, device_target=config.device_target, compile_mode=config.compile_mode)
+    return BackendOptions(
+        ep=config.ep,
+        device_target=config.device_target,
+        compile_mode=config.compile_mode,
+        fuse_denoise_loop=config.fuse_denoise_loop,
+    )
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -194,9 +199,10 @@ def assemble_result(
     config, spec, workload = plan.config, plan.spec, plan.workload
     target = plan.device.torch_device
     samples = measurement.samples_ms
-    steps = [samples[step_span_name(i)] for i in range(workload.steps)]
-    samples["denoise_step"] = [value for step in steps for value in step]
-    phases = {name: summarize(samples[name]) for name in REPORTED_PHASES}
+    steps = [samples[step_span_name(i)] for i in range(workload.steps) if step_span_name(i) in samples]
+    if steps:
+        samples["denoise_step"] = [value for step in steps for value in step]
+    phases = {name: summarize(samples[name]) for name in REPORTED_PHASES if name in samples}
     timing = Timing(
         phases=phases,
         denoise_steps=[summarize(step) for step in steps],

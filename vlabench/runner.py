@@ -67,12 +67,17 @@ def phased_inference(
             with recorder.span("prefill"):
                 cache = policy.prefill(obs, image_tokens)
         with recorder.span("action"):
+            fused = policy.fused_loop()
+            if fused is not None:
+                return fused(cache, noise)
             return sampler.sample(policy, cache, noise, lambda i: recorder.span(step_span_name(i)))
 
 
 def plain_inference(policy: PreparedPolicy, sampler: EulerSampler, obs: Observation, noise: Tensor) -> Tensor:
     """One inference with no synchronization inside; the caller synchronizes once at the end."""
-    return sampler.sample(policy, policy.prefix(obs), noise)
+    fused = policy.fused_loop()
+    cache = policy.prefix(obs)
+    return fused(cache, noise) if fused is not None else sampler.sample(policy, cache, noise)
 
 
 @dataclass
