@@ -110,7 +110,7 @@ class RunResult(BaseModel):
     precision: str
     timing: Timing
     control: ControlVerdict
-    correctness: Correctness | None = Field(description="None for the fp32 eager torch reference itself")
+    correctness: Correctness | None = Field(default=None, description="None for the fp32 eager torch reference")
     energy: EnergyResult | None
     cost: CostReport | None
     memory: MemoryInfo
