@@ -1,7 +1,7 @@
 """Backends side by side on this host: each model at each precision, all available backends interleaved.
 
-    python benchmarks/backends.py [--models smolvla pi0] [--precisions fp32 bf16] [--min-iterations 5]
-                                  [--min-duration 20] [--out results/benchmarks]
+    python benchmarks/backends.py [--models smolvla pi0] [--precisions fp32 bf16] [--backends all]
+                                  [--min-iterations 5] [--min-duration 20] [--out results/benchmarks]
 
 For every (model, precision) it plans `--backend all` (backends that cannot run that precision here are listed
 and skipped), checks that all of them fit in memory together (else runs them one after another and says so),
@@ -24,7 +24,7 @@ from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.kernels.ceilings import gemm_peak
 from vlabench.report import comparison_table
 from vlabench.results import write_result
-from vlabench.run import execute_many, plan_run, plan_runs
+from vlabench.run import backend_names, execute_many, plan_run, plan_runs
 
 NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
 console = Console(width=160)
@@ -40,7 +40,7 @@ def run_group(config: RunConfig, out: Path) -> None:
         groups = [plans]
     except InsufficientMemoryError as exc:
         console.print(f"[yellow]together they do not fit ({exc}); running the backends one after another[/]")
-        names = ["torch", "torch-compile", "onnxruntime", "openvino", "tensorrt"]
+        names = backend_names(config.backend)
         groups, skipped = [], []
         for name in names:
             try:
@@ -66,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smolvla", "pi0"])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--backends", default="all", help="all, or a comma-separated list")
     parser.add_argument("--min-iterations", type=int, default=5)
     parser.add_argument("--min-duration", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
@@ -84,7 +85,7 @@ def main() -> None:
             console.rule(f"{model} {precision}")
             config = RunConfig(
                 model=model,
-                backend="all",
+                backend=args.backends,
                 precision=precision,
                 min_iterations=args.min_iterations,
                 min_duration_s=args.min_duration,
