@@ -31,7 +31,7 @@ from vlabench.specs import ModelSpec
 from vlabench.workload import Workload, initial_noise, synthetic_observation
 
 OPSET = 18
-EXPORT_FORMAT = "vlabench-onnx-3"  # bump when graph boundaries or names change
+EXPORT_FORMAT = "vlabench-onnx-4"  # bump when graph boundaries or names change
 GRAPHS = {
     "vision": (["images"], ["image_tokens"]),
     "prefill": (["image_tokens", "language_tokens", "language_mask", "state"], ["keys", "values", "valid"]),
@@ -76,7 +76,9 @@ class ExportedModel:
     reused: bool
 
     def graph(self, name: str) -> Path:
-        return self.folder / f"{name}.onnx"
+        """Each graph has a folder of its own: large graphs keep weights as external-data files whose names
+        (e.g. ``onnx__MatMul_4579``) could otherwise collide between graphs."""
+        return self.folder / name / f"{name}.onnx"
 
 
 def cache_root() -> Path:
@@ -146,12 +148,13 @@ def _export_into(folder: Path, spec: ModelSpec, workload: Workload, precision: s
     }
     for name, (module, args) in examples.items():
         inputs, outputs = GRAPHS[name]
+        (folder / name).mkdir()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module,
                 args,
-                str(folder / f"{name}.onnx"),
+                str(folder / name / f"{name}.onnx"),
                 input_names=inputs,
                 output_names=outputs,
                 opset_version=OPSET,
