@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from vlabench.cet import feasibility
 from vlabench.detection import detect_host
 from vlabench.devices import all_profiles, profile_present, resolve_device
 from vlabench.replicas import count_parameters
@@ -321,14 +322,23 @@ def cet_lines(result: RunResult) -> list[Text]:
             f"${cost.assumptions.electricity_usd_per_kwh:g}/kWh"
         )
     )
-    feasible = result.control.meets_target and (
-        result.device.memory_gb is None or result.memory.estimated_total_bytes / 1e9 <= result.device.memory_gb
+    feasible, reasons = feasibility(
+        {
+            "device_memory_gb": result.device.memory_gb,
+            "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
+            "actions_per_chunk": result.workload.actions_per_chunk,
+            "latency_p99_ms": result.timing.phases["e2e"].p99,
+            "valid": result.valid,
+        },
+        result.control.control_hz,
     )
     lines.append(
         Text.assemble(
             "feasible   ",
             ("yes", "bold green") if feasible else ("no", "bold red"),
-            f" (fits {result.device.memory_gb:g} GB; control rate judged on p99)" if result.device.memory_gb else "",
+            f" ({'; '.join(reasons)})"
+            if reasons
+            else f" (fits {result.device.memory_gb:g} GB, meets the target at p99)",
         )
     )
     return lines
