@@ -336,9 +336,7 @@ def cet_lines(result: RunResult) -> list[Text]:
         Text.assemble(
             "feasible   ",
             ("yes", "bold green") if feasible else ("no", "bold red"),
-            f" ({'; '.join(reasons)})"
-            if reasons
-            else f" (fits {result.device.memory_gb:g} GB, meets the target at p99)",
+            f" ({'; '.join(reasons) or 'fits in memory and meets the target at p99'})",
         )
     )
     return lines
