@@ -102,3 +102,14 @@ def test_rank_gates_then_orders_by_priority():
     assert pareto["fast-costly"] and pareto["slow-cheap"]
     with pytest.raises(InputError, match="Valid priorities"):
         rank(frame, "speed", control_hz=10)
+
+
+def test_pareto_uses_cost_only_when_every_feasible_row_has_one():
+    from vlabench.cet import pareto_axes
+
+    full = pd.DataFrame([row("a", 1, 1, 1.0, 2.0), row("b", 2, 2, 0.5, 1.0)])
+    assert pareto_axes(full) == ["latency_p50_ms", "joules_per_action", "usd_per_million_actions"]
+    partial = pd.DataFrame([row("a", 1, 1, 1.0, 2.0), row("b", 2, 2, 0.5, float("nan"))])
+    assert pareto_axes(partial) == ["latency_p50_ms", "joules_per_action"]
+    ranked = rank(partial, "energy", control_hz=1).set_index("model")
+    assert ranked.loc["a", "pareto"] and ranked.loc["b", "pareto"]

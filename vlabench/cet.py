@@ -118,12 +118,19 @@ def pareto_front(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
     return pd.Series(flags, index=frame.index)
 
 
+def pareto_axes(feasible: pd.DataFrame) -> list[str]:
+    """Time and energy always; cost too when every feasible row has a full (hardware + electricity) cost."""
+    axes = [PRIORITY_COLUMNS["time"], PRIORITY_COLUMNS["energy"]]
+    cost = PRIORITY_COLUMNS["cost"]
+    return [*axes, cost] if len(feasible) and feasible[cost].notna().all() else axes
+
+
 def rank(frame: pd.DataFrame, priority: Priority, control_hz: float) -> pd.DataFrame:
     """Gate every row at ``control_hz``, then order the feasible ones by the priority; infeasible rows follow.
 
     ``frame`` needs: latency_p50_ms, latency_p99_ms, actions_per_chunk, memory_needed_gb, device_memory_gb,
     joules_per_action, usd_per_million_actions (NaN where no full cost is known) and optionally valid.
-    Adds feasible, reasons, pareto (over time, energy and cost among feasible rows) and rank.
+    Adds feasible, reasons, pareto (among feasible rows, see ``pareto_axes``) and rank.
     """
     if priority not in PRIORITY_COLUMNS:
         raise InputError(f"Unknown priority '{priority}'. Valid priorities: {', '.join(PRIORITY_COLUMNS)}.")
@@ -133,9 +140,10 @@ def rank(frame: pd.DataFrame, priority: Priority, control_hz: float) -> pd.DataF
     frame["reasons"] = ["; ".join(reasons) for _, reasons in gates]
     key = PRIORITY_COLUMNS[priority]
     frame["pareto"] = False
-    comparable = frame["feasible"] & frame[list(PRIORITY_COLUMNS.values())].notna().all(axis=1)
+    axes = pareto_axes(frame[frame["feasible"]])
+    comparable = frame["feasible"] & frame[axes].notna().all(axis=1)
     if comparable.any():
-        frame.loc[comparable, "pareto"] = pareto_front(frame[comparable], list(PRIORITY_COLUMNS.values()))
+        frame.loc[comparable, "pareto"] = pareto_front(frame[comparable], axes)
     ranked = frame["feasible"] & frame[key].notna()
     frame["rank"] = pd.NA
     order = frame[ranked].sort_values([key, "latency_p50_ms"]).index
