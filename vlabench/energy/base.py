@@ -146,3 +146,18 @@ class PowerPoller:
             now = time.monotonic()
             self._samples.append((now, watts))
             due = max(due + self.period_s, now)
+
+
+class PollingMeter(EnergyMeter):
+    """A meter that integrates polled power; subclasses create ``self._poller`` around their reader."""
+
+    _poller: PowerPoller
+
+    def start(self) -> None:
+        self._poller.start()
+
+    def stop(self) -> EnergyReading:
+        return self._poller.stop()
+
+    def close(self) -> None:
+        self._poller.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import psutil
 
-from vlabench.energy.base import EnergyMeter, EnergyReading, PowerPoller
+from vlabench.energy.base import PollingMeter, PowerPoller
 
 PROCESS_CPU_UTILIZATION = (
     "this process's CPU time (all threads) / (wall time x logical cores) over each sampling interval, clamped to [0, 1]"
@@ -30,7 +30,7 @@ class ProcessCpuUtilization:
         return (now[1] - previous[1]) / ((now[0] - previous[0]) * self.cores)
 
 
-class EstimatedMeter(EnergyMeter):
+class EstimatedMeter(PollingMeter):
     """Energy = integral of idle_w + (tdp_w - idle_w) x utilization, with utilization sampled every period_s."""
 
     method = "estimated-tdp"
@@ -63,15 +63,6 @@ class EstimatedMeter(EnergyMeter):
     def _modelled_watts(self) -> float:
         utilization = min(1.0, max(0.0, self.utilization_fn()))
         return self.idle_w + (self.tdp_w - self.idle_w) * utilization
-
-    def start(self) -> None:
-        self._poller.start()
-
-    def stop(self) -> EnergyReading:
-        return self._poller.stop()
-
-    def close(self) -> None:
-        self._poller.close()
 
     def describe(self) -> dict[str, Any]:
         return {

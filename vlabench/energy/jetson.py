@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from vlabench.energy.base import EnergyMeter, EnergyReading, PowerPoller, integrate_power
+from vlabench.energy.base import EnergyMeter, EnergyReading, PollingMeter, PowerPoller, integrate_power
 from vlabench.errors import InputError, UnavailableError
 
 INPUT_RAILS = ("VDD_IN", "POM_5V_IN", "VIN")
@@ -88,7 +88,7 @@ def select_total_rails(names: Iterable[str]) -> tuple[tuple[str, ...], str]:
     return tuple(sorted(available)), "module-rails-sum"
 
 
-class JetsonInaMeter(EnergyMeter):
+class JetsonInaMeter(PollingMeter):
     """Polls the INA3221 rails that make up the module total and integrates their power."""
 
     method = "jetson-ina3221"
@@ -114,15 +114,6 @@ class JetsonInaMeter(EnergyMeter):
 
     def _read_watts(self) -> float:
         return sum(rail.watts() for rail in self.rails)
-
-    def start(self) -> None:
-        self._poller.start()
-
-    def stop(self) -> EnergyReading:
-        return self._poller.stop()
-
-    def close(self) -> None:
-        self._poller.close()
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from vlabench.energy.base import EnergyMeter, EnergyReading, PowerPoller
+from vlabench.energy.base import EnergyMeter, EnergyReading, PollingMeter, PowerPoller
 from vlabench.errors import InputError, UnavailableError
 
 MIN_POLL_PERIOD_S = 0.05  # faster polling returns zeros or NotSupported (Zeus PR #186)
@@ -147,7 +147,7 @@ class NvmlEnergyCounterMeter(_NvmlMeter):
         }
 
 
-class NvmlPowerPollingMeter(_NvmlMeter):
+class NvmlPowerPollingMeter(_NvmlMeter, PollingMeter):
     """Polls the GPU's power draw and integrates it."""
 
     method = "nvml-power-polling"
@@ -166,15 +166,9 @@ class NvmlPowerPollingMeter(_NvmlMeter):
         assert self._nvml is not None, "meter is closed"
         return self._nvml.nvmlDeviceGetPowerUsage(self._device) / 1e3
 
-    def start(self) -> None:
-        self._poller.start()
-
-    def stop(self) -> EnergyReading:
-        return self._poller.stop()
-
     def close(self) -> None:
-        self._poller.close()
-        super().close()
+        PollingMeter.close(self)
+        _NvmlMeter.close(self)
 
     def describe(self) -> dict[str, Any]:
         return {
