@@ -24,9 +24,8 @@ from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.kernels.ceilings import gemm_peak
 from vlabench.report import comparison_table
 from vlabench.results import write_result
-from vlabench.run import backend_names, execute_many, plan_run, plan_runs
+from vlabench.run import NATIVE_BF16_FLAGS, backend_names, execute_many, plan_run, plan_runs
 
-NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
 console = Console(width=160)
 
 

@@ -167,6 +167,7 @@ def plan_summary(plans) -> Text:
         f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",
         f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
         f"energy     {energy_plan(plan)}",
+        *(f"warning    {caveat}" for p in plans for caveat in p.caveats),
     ]
     return Text("\n".join(lines))
 

@@ -14,7 +14,7 @@ from vlabench.backends import BACKENDS, PRECISIONS, Backend, BackendOptions, get
 from vlabench.cet import CostAssumptions, CostReport, cost_report
 from vlabench.config import RunConfig
 from vlabench.correctness import Correctness, compare, needs_reference, reference_actions
-from vlabench.detection import detect_host
+from vlabench.detection import detect_host, read_cpu_flags
 from vlabench.devices import ResolvedDevice, resolve_device
 from vlabench.energy.base import EnergyMeter
 from vlabench.energy.select import MeterChoice, choose_meter
@@ -43,6 +43,7 @@ INPUT_VARIANTS = 2
 REPORTED_PHASES = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
 NOISE_CHECKED_PHASES = ("vision", "prefill", "action", "e2e")
 BUSY_BACKGROUND_PERCENT = 25.0
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class RunPlan:
     workload: Workload
     footprint: Footprint
     meter: MeterChoice
+    caveats: tuple[str, ...] = ()
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
@@ -85,7 +87,19 @@ def plan_run(config: RunConfig) -> RunPlan:
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
-    return RunPlan(config, spec, device, backend, precision, workload, footprint, meter)
+    return RunPlan(
+        config, spec, device, backend, precision, workload, footprint, meter, plan_caveats(device, precision)
+    )
+
+
+def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:
+    """Known traps worth a warning before hours are spent."""
+    if device.torch_device.type == "cpu" and precision == "bf16" and not NATIVE_BF16_FLAGS & read_cpu_flags():
+        return (
+            "this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 matrix products are emulated and far "
+            "slower than fp32 (compare with `vlabench devices --measure --precision fp32 --precision bf16`)",
+        )
+    return ()
 
 
 def backend_names(requested: str) -> list[str]:
@@ -257,7 +271,7 @@ def assemble_result(
             peak_rss_bytes=peak_rss_bytes(),
             cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
         ),
-        warnings=measurement_warnings(phases, config, measurement, system_state, correctness),
+        warnings=[*plan.caveats, *measurement_warnings(phases, config, measurement, system_state, correctness)],
         system_state=system_state,
         provenance=collect_provenance(host, torch.get_num_threads()),
     )
