@@ -28,3 +28,23 @@ def tiny_inputs():
         )
 
     return make
+
+
+@pytest.fixture
+def make_host():
+    """A HostInfo for a 2-core x86 machine with no accelerator; keyword overrides change any field."""
+    from vlabench.detection import HostInfo
+
+    def make(**overrides) -> HostInfo:
+        values = dict(
+            arch="x86_64",
+            cpu_model="AMD EPYC",
+            logical_cores=2,
+            physical_cores=2,
+            memory_gb=24.0,
+            cuda_devices=(),
+            jetson_model=None,
+        )
+        return HostInfo(**{**values, **overrides})
+
+    return make

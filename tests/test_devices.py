@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from vlabench.detection import HostInfo, parse_npu_smi_chips, read_cpu_model, read_jetson_model, read_l4t_release
+from vlabench.detection import parse_npu_smi_chips, read_cpu_model, read_jetson_model, read_l4t_release
 from vlabench.devices import resolve_device
 from vlabench.errors import InputError, UnavailableError
 
@@ -29,20 +29,6 @@ Revision\t: d04170
 Serial\t\t: 2c1e5c1d8f3a4b7e
 Model\t\t: Raspberry Pi 5 Model B Rev 1.0
 """
-
-
-def host(**overrides) -> HostInfo:
-    values = dict(
-        arch="x86_64",
-        cpu_model="AMD EPYC",
-        logical_cores=2,
-        physical_cores=2,
-        memory_gb=24.0,
-        cuda_devices=(),
-        jetson_model=None,
-    )
-    values.update(overrides)
-    return HostInfo(**values)
 
 
 def test_cpu_model_read_from_recorded_cpuinfo(tmp_path):
@@ -74,50 +60,50 @@ def test_jetson_model_read_from_device_tree(tmp_path):
     assert read_jetson_model(tmp_path / "missing") is None
 
 
-def test_auto_on_an_unknown_x86_cpu_uses_the_generic_profile():
-    resolved = resolve_device("auto", host())
+def test_auto_on_an_unknown_x86_cpu_uses_the_generic_profile(make_host):
+    resolved = resolve_device("auto", make_host())
     assert resolved.profile.name == "generic-x86-cpu"
     assert resolved.torch_device.type == "cpu"
     assert "generic" in resolved.note
 
 
-def test_auto_prefers_a_matching_gpu_and_cpu_alias_stays_on_cpu():
-    gpu_host = host(cuda_devices=("NVIDIA H200",))
+def test_auto_prefers_a_matching_gpu_and_cpu_alias_stays_on_cpu(make_host):
+    gpu_host = make_host(cuda_devices=("NVIDIA H200",))
     assert resolve_device("auto", gpu_host).profile.name == "h200"
     assert resolve_device("cuda", gpu_host).torch_device.type == "cuda"
     assert resolve_device("cpu", gpu_host).profile.kind == "cpu"
 
 
-def test_unlisted_gpu_gets_a_generic_profile_from_detection():
-    resolved = resolve_device("cuda", host(cuda_devices=("NVIDIA RTX A2000",)))
+def test_unlisted_gpu_gets_a_generic_profile_from_detection(make_host):
+    resolved = resolve_device("cuda", make_host(cuda_devices=("NVIDIA RTX A2000",)))
     assert resolved.profile.name == "generic-cuda-gpu"
     assert "A2000" in resolved.profile.display_name
 
 
-def test_jetson_alias_resolves_to_the_module_on_a_jetson():
-    jetson = host(arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",))
+def test_jetson_alias_resolves_to_the_module_on_a_jetson(make_host):
+    jetson = make_host(arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",))
     assert resolve_device("jetson", jetson).profile.name == "jetson-agx-orin-64gb"
     assert resolve_device("auto", jetson).profile.name == "jetson-agx-orin-64gb"
 
 
-def test_jetson_alias_elsewhere_names_what_was_detected():
+def test_jetson_alias_elsewhere_names_what_was_detected(make_host):
     with pytest.raises(UnavailableError, match=r"not a Jetson \(detected: AMD EPYC"):
-        resolve_device("jetson", host())
+        resolve_device("jetson", make_host())
 
 
-def test_cuda_request_without_cuda_says_so():
+def test_cuda_request_without_cuda_says_so(make_host):
     with pytest.raises(UnavailableError, match="no CUDA device"):
-        resolve_device("cuda", host())
+        resolve_device("cuda", make_host())
 
 
-def test_profile_of_absent_hardware_is_refused():
+def test_profile_of_absent_hardware_is_refused(make_host):
     with pytest.raises(UnavailableError, match="not present on this host"):
-        resolve_device("rtx-4090", host())
+        resolve_device("rtx-4090", make_host())
 
 
-def test_unknown_device_suggests_the_closest_name():
+def test_unknown_device_suggests_the_closest_name(make_host):
     with pytest.raises(InputError, match="Did you mean 'rtx-4090'") as info:
-        resolve_device("rtx4090", host())
+        resolve_device("rtx4090", make_host())
     assert "jetson" in str(info.value) and "auto" in str(info.value)
 
 

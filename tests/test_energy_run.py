@@ -7,7 +7,6 @@ from typer.testing import CliRunner
 
 from vlabench.cli import app
 from vlabench.config import RunConfig
-from vlabench.detection import HostInfo
 from vlabench.devices import load_device_profile
 from vlabench.energy.select import ASSUMED_WATTS_PER_CORE, choose_meter, estimate_inputs
 from vlabench.errors import InputError
@@ -15,41 +14,32 @@ from vlabench.run import execute, plan_run
 
 runner = CliRunner()
 QUICK = ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0", "--threads", "1"]
-HOST = HostInfo(
-    arch="x86_64",
-    cpu_model="AMD EPYC",
-    logical_cores=2,
-    physical_cores=2,
-    memory_gb=24.0,
-    cuda_devices=(),
-    jetson_model=None,
-)
 
 
-def test_estimate_inputs_prefer_flags_then_profile_then_stated_assumptions():
+def test_estimate_inputs_prefer_flags_then_profile_then_stated_assumptions(make_host):
     generic = load_device_profile("generic-x86-cpu")
-    assumed = estimate_inputs(generic, HOST, None, None)
+    assumed = estimate_inputs(generic, make_host(), None, None)
     assert assumed.tdp_w == 2 * ASSUMED_WATTS_PER_CORE and assumed.tdp_source.startswith("assumption")
     assert assumed.idle_w < assumed.tdp_w and assumed.idle_source.startswith("assumption")
     rtx = load_device_profile("rtx-4090")
-    from_profile = estimate_inputs(rtx, HOST, None, None)
+    from_profile = estimate_inputs(rtx, make_host(), None, None)
     assert from_profile.tdp_w == rtx.tdp_w.value and "rtx-4090" in from_profile.tdp_source
-    flagged = estimate_inputs(generic, HOST, 65.0, 10.0)
+    flagged = estimate_inputs(generic, make_host(), 65.0, 10.0)
     assert (flagged.tdp_w, flagged.idle_w) == (65.0, 10.0)
     assert (flagged.tdp_source, flagged.idle_source) == ("--tdp-w", "--idle-w")
 
 
-def test_auto_falls_back_to_an_estimate_and_says_why():
-    choice = choose_meter("auto", load_device_profile("generic-x86-cpu"), HOST)
+def test_auto_falls_back_to_an_estimate_and_says_why(make_host):
+    choice = choose_meter("auto", load_device_profile("generic-x86-cpu"), make_host())
     if choice.meter.label == "measured":
         pytest.skip("this host exposes a readable RAPL sensor")
     assert choice.meter.method == "estimated-tdp"
     assert any(note.startswith("rapl unavailable") for note in choice.notes)
 
 
-def test_unknown_meter_suggests_the_closest():
+def test_unknown_meter_suggests_the_closest(make_host):
     with pytest.raises(InputError, match="Did you mean 'tegrastats'"):
-        choose_meter("tegrastat", load_device_profile("generic-x86-cpu"), HOST)
+        choose_meter("tegrastat", load_device_profile("generic-x86-cpu"), make_host())
 
 
 def test_run_reports_estimated_energy_cost_and_feasibility(tmp_path):
