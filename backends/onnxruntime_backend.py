@@ -37,9 +37,10 @@ def _ort():
 
 
 class OrtPolicy(GraphPolicy):
-    def __init__(self, sessions: dict[str, Any], details: dict[str, Any]) -> None:
+    def __init__(self, sessions: dict[str, Any], device: torch.device, details: dict[str, Any]) -> None:
         super().__init__(details)
         self.sessions = sessions
+        self.device = device
         self.inputs = {name: {i.name for i in session.get_inputs()} for name, session in sessions.items()}
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -51,7 +52,9 @@ class OrtPolicy(GraphPolicy):
         return {name: torch.from_numpy(np.asarray(out)).to(device) for name, out in zip(names, outputs, strict=True)}
 
     def synchronize(self) -> None:
-        """``InferenceSession.run`` returns host arrays, so every call has already finished."""
+        """``run`` returns host arrays; only the copies back to a CUDA device can still be in flight."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 class OnnxRuntimeBackend(Backend):
@@ -99,14 +102,20 @@ class OnnxRuntimeBackend(Backend):
             graph: ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
             for graph in ("vision", "prefill", "denoise")
         }
+        in_use = sessions["denoise"].get_providers()
+        if provider not in in_use:
+            raise UnavailableError(
+                f"onnxruntime could not load {provider} (sessions fell back to {', '.join(in_use)}); check its "
+                "libraries (e.g. CUDA/cuDNN versions for the CUDA provider) — refusing to report a CPU run as GPU"
+            )
         details = {
             "onnxruntime": ort.__version__,
             "execution_provider": provider,
-            "providers_in_use": sessions["denoise"].get_providers(),
+            "providers_in_use": in_use,
             "graph_optimization_level": "ORT_ENABLE_ALL",
             "intra_op_threads": options.intra_op_num_threads,
             "inter_op_threads": options.inter_op_num_threads,
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
         }
-        return OrtPolicy(sessions, details)
+        return OrtPolicy(sessions, device, details)

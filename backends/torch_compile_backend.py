@@ -124,10 +124,10 @@ class CompiledPolicy(PreparedPolicy):
         self.synchronize()
         self.fused_capture_s = time.perf_counter() - start
 
-    @torch.inference_mode()
     def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
         return self.sample_fused if self.fused is not None else None
 
+    @torch.inference_mode()
     def sample_fused(self, cache: PrefixCache, noise: Tensor) -> Tensor:
         """All denoising steps as one CUDA graph replay; the same result as ``EulerSampler.sample`` on this policy."""
         if self.fused is None:

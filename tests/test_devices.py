@@ -68,20 +68,22 @@ def test_auto_on_an_unknown_x86_cpu_uses_the_generic_profile(make_host):
 
 
 def test_auto_prefers_a_matching_gpu_and_cpu_alias_stays_on_cpu(make_host):
-    gpu_host = make_host(cuda_devices=("NVIDIA H200",))
+    gpu_host = make_host(cuda_devices=("NVIDIA H200",), torch_cuda=True)
     assert resolve_device("auto", gpu_host).profile.name == "h200"
     assert resolve_device("cuda", gpu_host).torch_device.type == "cuda"
     assert resolve_device("cpu", gpu_host).profile.kind == "cpu"
 
 
 def test_unlisted_gpu_gets_a_generic_profile_from_detection(make_host):
-    resolved = resolve_device("cuda", make_host(cuda_devices=("NVIDIA RTX A2000",)))
+    resolved = resolve_device("cuda", make_host(cuda_devices=("NVIDIA RTX A2000",), torch_cuda=True))
     assert resolved.profile.name == "generic-cuda-gpu"
     assert "A2000" in resolved.profile.display_name
 
 
 def test_jetson_alias_resolves_to_the_module_on_a_jetson(make_host):
-    jetson = make_host(arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",))
+    jetson = make_host(
+        arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",), torch_cuda=True
+    )
     assert resolve_device("jetson", jetson).profile.name == "jetson-agx-orin-64gb"
     assert resolve_device("auto", jetson).profile.name == "jetson-agx-orin-64gb"
 
@@ -130,3 +132,20 @@ def test_openvino_detection_reports_this_cpu():
     names = openvino_device_names()
     assert "CPU" in openvino.Core().available_devices
     assert len(names) == len(openvino.Core().available_devices) and all(names)
+
+
+def test_gpus_that_torch_cannot_use_are_not_picked(make_host):
+    """NVML sees the GPU but torch is a CPU build (or CUDA_VISIBLE_DEVICES hides it): stay on the CPU."""
+    cpu_torch = make_host(cuda_devices=("NVIDIA H200",), torch_cuda=False)
+    assert resolve_device("auto", cpu_torch).profile.kind == "cpu"
+    with pytest.raises(UnavailableError, match="cannot use CUDA"):
+        resolve_device("cuda", cpu_torch)
+    with pytest.raises(UnavailableError, match="cannot use CUDA"):
+        resolve_device("h200", cpu_torch)
+
+
+def test_a_jetson_with_a_cpu_only_torch_says_how_to_fix_it(make_host):
+    jetson = make_host(arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", torch_cuda=False)
+    assert resolve_device("auto", jetson).profile.kind == "cpu"
+    with pytest.raises(UnavailableError, match="NVIDIA's wheel for your JetPack"):
+        resolve_device("jetson", jetson)

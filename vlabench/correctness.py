@@ -48,11 +48,19 @@ def needs_reference(backend: str, precision: str) -> bool:
 def reference_actions(
     spec: ModelSpec, workload: Workload, seed: int, obs: Observation, noise: Tensor, device: torch.device
 ) -> Tensor:
-    """The fp32 eager action chunk for (obs, noise); the replica is freed before returning."""
+    """The fp32 eager action chunk for (obs, noise), with TF32 off; the replica is freed before returning."""
     model = build_replica(spec, seed, torch.float32, device)
     sampler = EulerSampler(workload.steps, workload.batch, device)
-    actions = sampler.sample(model, model.prefix(obs), noise).float().cpu()
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
+            actions = sampler.sample(model, model.prefix(obs), noise).float().cpu()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
     del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return actions
 
 

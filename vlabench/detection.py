@@ -23,6 +23,7 @@ class HostInfo:
     memory_gb: float
     cuda_devices: tuple[str, ...]
     jetson_model: str | None
+    torch_cuda: bool = False  # torch itself can use CUDA (NVML may see GPUs a CPU-only torch cannot use)
     l4t_release: str | None = None
     openvino_devices: tuple[str, ...] = ()
     ascend_chips: tuple[str, ...] = ()
@@ -95,6 +96,8 @@ def nvml_gpu_names() -> tuple[str, ...] | None:
             name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
             names.append(name.decode() if isinstance(name, bytes) else name)
         return tuple(names)
+    except pynvml.NVMLError:
+        return None
     finally:
         pynvml.nvmlShutdown()
 
@@ -140,6 +143,7 @@ def detect_host() -> HostInfo:
         physical_cores=psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True) or 1,
         memory_gb=psutil.virtual_memory().total / 1e9,
         cuda_devices=cuda_gpu_names(),
+        torch_cuda=torch.cuda.is_available(),
         jetson_model=read_jetson_model(),
         l4t_release=read_l4t_release(),
         openvino_devices=openvino_device_names(),

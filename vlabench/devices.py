@@ -151,7 +151,8 @@ def detected_profiles(host: HostInfo) -> list[DeviceProfile]:
         ranks = (rules.jetson_model, rules.cuda_name, rules.ascend_chip, rules.openvino_device, rules.cpu_model)
         return next((i for i, rule in enumerate(ranks) if rule), len(ranks))
 
-    return sorted((p for p in all_profiles() if profile_present(p, host)), key=specificity)
+    usable = (p for p in all_profiles() if profile_present(p, host) and (p.torch_device != "cuda" or host.torch_cuda))
+    return sorted(usable, key=specificity)
 
 
 def _fallback_cpu_profile(host: HostInfo) -> DeviceProfile:
@@ -180,6 +181,12 @@ def resolve_device(requested: str, host: HostInfo | None = None) -> ResolvedDevi
         return _resolved(cpus[0], requested, host)
     if requested in ("cuda", "gpu"):
         gpus = [p for p in present if p.torch_device == "cuda"]
+        if host.cuda_devices and not host.torch_cuda:
+            raise UnavailableError(
+                f"--device {requested}: NVML sees {', '.join(host.cuda_devices)} but torch {torch.__version__} cannot "
+                f"use CUDA (CUDA build: {torch.version.cuda or 'no'}; check CUDA_VISIBLE_DEVICES). Install a CUDA "
+                "build of torch, or use --device cpu."
+            )
         if not host.cuda_devices:
             raise UnavailableError(
                 f"--device {requested}: no CUDA device on this host (torch {torch.__version__}, "
@@ -187,20 +194,32 @@ def resolve_device(requested: str, host: HostInfo | None = None) -> ResolvedDevi
             )
         return _resolved(gpus[0] if gpus else _fallback_cuda_profile(host), requested, host)
     if requested == "jetson":
-        jetsons = [p for p in present if p.detect.jetson_model]
+        jetsons = [p for p in all_profiles() if p.detect.jetson_model and profile_present(p, host)]
         if not jetsons:
             raise UnavailableError(
                 f"--device jetson: this host is not a Jetson (detected: {host.describe()}). Run vlabench on the "
                 "Jetson itself, or pick a profile present here with --device auto."
             )
+        _require_torch_cuda(jetsons[0], host, requested)
         return _resolved(jetsons[0], requested, host)
     profile = load_device_profile(requested)
+    if profile_present(profile, host):
+        _require_torch_cuda(profile, host, requested)
     if profile not in present:
         raise UnavailableError(
             f"--device {requested}: {profile.display_name} is not present on this host (detected: "
             f"{host.describe()}). Run on that hardware, or use --device auto."
         )
     return _resolved(profile, requested, host)
+
+
+def _require_torch_cuda(profile: DeviceProfile, host: HostInfo, requested: str) -> None:
+    if profile.torch_device == "cuda" and not host.torch_cuda:
+        raise UnavailableError(
+            f"--device {requested}: {profile.display_name} is here, but torch {torch.__version__} cannot use CUDA "
+            f"(CUDA build: {torch.version.cuda or 'no'}). Install the platform's CUDA build of torch "
+            "(on Jetson: NVIDIA's wheel for your JetPack), or use --device cpu."
+        )
 
 
 def _fallback_cuda_profile(host: HostInfo) -> DeviceProfile:

@@ -73,8 +73,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     spec = load_model_spec(config.model)
     backend = get_backend(config.backend, backend_options(config))
     device = resolve_device(config.device)
-    default_precision = "bf16" if device.torch_device.type == "cuda" else "fp32"
-    precision = parse_precision(config.precision or default_precision)
+    precision = parse_precision(config.precision or default_precision(backend, device.torch_device))
     reason = backend.unavailable_reason(device.torch_device)
     if reason:
         raise UnavailableError(f"backend '{backend.name}' cannot run on {device.profile.display_name}: {reason}")
@@ -84,12 +83,24 @@ def plan_run(config: RunConfig) -> RunPlan:
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     footprint = estimate_footprint(spec, workload, precision)
     check_fits(spec, footprint, device.torch_device, precision)
+    if needs_reference(backend.name, precision):
+        check_fits(
+            spec, estimate_footprint(spec, workload, "fp32"), device.torch_device, "fp32 (correctness reference)"
+        )
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
     return RunPlan(
         config, spec, device, backend, precision, workload, footprint, meter, plan_caveats(device, precision)
     )
+
+
+def default_precision(backend: Backend, device: torch.device) -> str:
+    """fp32 on CPUs; on CUDA the first reduced precision both the GPU and the backend support, else fp32."""
+    if device.type != "cuda":
+        return "fp32"
+    gpu = ["bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp16"]
+    return next((p for p in gpu if p in backend.precisions(device)), "fp32")
 
 
 def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:

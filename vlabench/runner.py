@@ -17,6 +17,7 @@ from vlabench.replicas import Observation
 from vlabench.sampler import EulerSampler
 
 Progress = Callable[[int, int], None]
+SETTLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,10 @@ def measure_energy(
     window_s: float,
     idle_s: float,
 ) -> EnergyWindows:
-    """A pass of its own (no profiler, no phase spans): idle power first, then whole inferences for ≥ window_s."""
+    """A pass of its own (no profiler, no phase spans): after a settling pause so clocks and averaged sensors leave
+    the timing pass behind, idle power first, then whole inferences for ≥ window_s."""
     policy.synchronize()
+    time.sleep(SETTLE_S)
     meter.start()
     time.sleep(idle_s)
     idle = meter.stop()

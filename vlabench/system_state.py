@@ -65,6 +65,8 @@ def read_gpu_state(torch_device_type: str) -> dict[str, Any] | None:
         return nvml_device_state(0)
     except UnavailableError as exc:
         return {"unavailable": str(exc)}
+    except Exception as exc:  # an NVML error (no permission, MIG, WSL) must not stop the benchmark
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
 
 def sample_system_state(torch_device_type: str, window_s: float = 0.25) -> SystemState:
