@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+import torch
+
 from vlabench.energy.base import EnergyMeter, EnergyReading, PollingMeter, PowerPoller
 from vlabench.errors import InputError, UnavailableError
 
@@ -72,6 +74,13 @@ def _init_nvml() -> ModuleType:
 
 
 def _handle(pynvml: ModuleType, index: int) -> Any:
+    """NVML handle of torch's ``cuda:index``: NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, so
+    the GPU is matched by UUID when torch can see it; NVML's own index otherwise."""
+    if torch.cuda.is_available() and index < torch.cuda.device_count():
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(index).uuid}")
+        except pynvml.NVMLError:
+            pass
     try:
         return pynvml.nvmlDeviceGetHandleByIndex(index)
     except pynvml.NVMLError as error:
