@@ -19,18 +19,14 @@ import torch
 from rich.console import Console
 
 from vlabench.config import RunConfig
-from vlabench.detection import read_cpu_flags
+from vlabench.detection import NATIVE_BF16_FLAGS, cpu_has_native_bf16
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.kernels.ceilings import gemm_peak
 from vlabench.report import comparison_table
 from vlabench.results import write_result
-from vlabench.run import NATIVE_BF16_FLAGS, backend_names, execute_many, plan_run, plan_runs
+from vlabench.run import backend_names, execute_many, plan_run, plan_runs
 
 console = Console(width=160)
-
-
-def native_bf16() -> bool:
-    return bool(NATIVE_BF16_FLAGS & read_cpu_flags())
 
 
 def run_group(config: RunConfig, out: Path) -> None:
@@ -71,7 +67,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
     args = parser.parse_args()
     for precision in args.precisions:
-        if precision == "bf16" and not native_bf16():
+        if precision == "bf16" and not cpu_has_native_bf16():
             probe = gemm_peak("bf16", torch.device("cpu"), size=512, budget_s=0.5)
             fp32 = gemm_peak("fp32", torch.device("cpu"), size=512, budget_s=0.5)
             console.print(

@@ -1,8 +1,6 @@
 """The shipped device profiles (profiles/devices/*.yaml): completeness, provenance, paper figures and detection."""
 
-import dataclasses
 import re
-import typing
 from importlib import resources
 
 import pytest
@@ -10,7 +8,6 @@ import pytest
 from vlabench.devices import (
     DeviceProfile,
     Figure,
-    HostInfo,
     all_profiles,
     load_device_profile,
     profile_names,
@@ -79,49 +76,20 @@ FOREIGN = [
 AGX_ORIN_32GB_STRING = "NVIDIA Jetson AGX Orin 32GB"
 
 
-def make_host(**values) -> HostInfo:
-    """A HostInfo with neutral defaults, passing only the fields this version of HostInfo has."""
-    neutral = dict(
-        arch="x86_64",
-        cpu_model="Generic CPU",
-        logical_cores=2,
-        physical_cores=2,
-        memory_gb=16.0,
-        cuda_devices=(),
-        jetson_model=None,
-    )
-    neutral.update(values)
-    kwargs = {}
-    hints = typing.get_type_hints(HostInfo)
-    for field in dataclasses.fields(HostInfo):
-        if field.name in neutral:
-            kwargs[field.name] = neutral[field.name]
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            hint = str(hints.get(field.name, ""))
-            kwargs[field.name] = () if "tuple" in hint else None
-    return HostInfo(**kwargs)
+# The HostInfo field each detection rule reads; the plural fields hold every device of that kind.
+RULE_FIELDS = {
+    "jetson_model": "jetson_model",
+    "cuda_name": "cuda_devices",
+    "cpu_model": "cpu_model",
+    "openvino_device": "openvino_devices",
+    "ascend_chip": "ascend_chips",
+}
 
 
-def host_field_for(rule: str) -> str | None:
-    """The HostInfo field a detection rule reads, if this HostInfo has one (openvino/ascend fields are newer)."""
-    wanted = {
-        "jetson_model": "jetson_model",
-        "cuda_name": "cuda_devices",
-        "cpu_model": "cpu_model",
-        "openvino_device": "openvino",
-        "ascend_chip": "ascend",
-    }[rule]
-    names = [f.name for f in dataclasses.fields(HostInfo)]
-    return next((name for name in names if name == wanted or name.startswith(wanted)), None)
-
-
-def host_reporting(rule: str, value: str) -> HostInfo:
-    field = host_field_for(rule)
-    if field is None:
-        pytest.skip(f"HostInfo has no field for {rule} yet")
-    kind = str(typing.get_type_hints(HostInfo)[field])
+def host_reporting(make_host, rule: str, value: str):
+    field = RULE_FIELDS[rule]
     extra = {"arch": "aarch64"} if rule in ("jetson_model", "ascend_chip") or "Raspberry" in value else {}
-    return make_host(**extra, **{field: (value,) if "tuple" in kind else value})
+    return make_host(**extra, **{field: (value,) if field.endswith("s") else value})
 
 
 def is_generic(profile: DeviceProfile) -> bool:
@@ -274,13 +242,13 @@ def test_every_specific_profile_is_reachable_by_some_identification_string():
 
 
 @pytest.mark.parametrize(("rule", "value", "expected"), IDENTIFICATIONS)
-def test_profile_present_detects_the_device_on_a_host_reporting_it(rule, value, expected):
-    host = host_reporting(rule, value)
+def test_profile_present_detects_the_device_on_a_host_reporting_it(make_host, rule, value, expected):
+    host = host_reporting(make_host, rule, value)
     present = {p.name for p in all_profiles() if profile_present(p, host) and not is_generic(p)}
     assert present == {expected}
 
 
-def test_a_plain_host_matches_only_its_generic_profile():
+def test_a_plain_host_matches_only_its_generic_profile(make_host):
     x86 = make_host(arch="x86_64", cpu_model="AMD EPYC 7B13")
     assert [p.name for p in all_profiles() if profile_present(p, x86)] == ["generic-x86-cpu"]
     arm = make_host(arch="aarch64", cpu_model="Neoverse-N1")

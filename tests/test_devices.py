@@ -40,12 +40,15 @@ def test_cpu_model_read_from_recorded_cpuinfo(tmp_path):
 
 
 def test_cpu_flags_from_cpuinfo(tmp_path):
-    from vlabench.detection import read_cpu_flags
+    from vlabench.detection import cpu_has_native_bf16, read_cpu_flags
 
     path = tmp_path / "cpuinfo"
     path.write_text(X86_CPUINFO)
     flags = read_cpu_flags(path)
     assert {"avx2", "avx512f", "avx512_vnni"} <= flags and "avx512_bf16" not in flags
+    assert not cpu_has_native_bf16(path)
+    path.write_text(X86_CPUINFO.replace("avx512_vnni", "avx512_vnni avx512_bf16"))
+    assert cpu_has_native_bf16(path)
     path.write_text(ARM_CPUINFO)
     assert "asimd" in read_cpu_flags(path)
     assert read_cpu_flags(tmp_path / "absent") == set()

@@ -161,10 +161,9 @@ def quiet_state(busy_percent: float):
 
 
 def test_bf16_on_a_cpu_without_native_bf16_is_flagged_before_the_run():
-    from vlabench.detection import read_cpu_flags
-    from vlabench.run import NATIVE_BF16_FLAGS
+    from vlabench.detection import cpu_has_native_bf16
 
-    if NATIVE_BF16_FLAGS & read_cpu_flags():
+    if cpu_has_native_bf16():
         pytest.skip("this CPU has native bf16")
     plan = plan_run(RunConfig(model="smolvla-tiny", precision="bf16", energy_meter="none"))
     assert any("no native bf16" in caveat for caveat in plan.caveats)

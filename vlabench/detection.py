@@ -62,6 +62,14 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set(match.group(1).split()) if match else set()
 
 
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 math is emulated."""
+    return bool(NATIVE_BF16_FLAGS & read_cpu_flags(cpuinfo))
+
+
 def read_jetson_model(device_tree_model: Path = Path("/proc/device-tree/model")) -> str | None:
     try:
         model = device_tree_model.read_text(errors="replace").strip("\x00\n ")

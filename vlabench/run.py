@@ -14,7 +14,7 @@ from vlabench.backends import BACKENDS, PRECISIONS, Backend, BackendOptions, get
 from vlabench.cet import CostAssumptions, CostReport, cost_report
 from vlabench.config import RunConfig
 from vlabench.correctness import Correctness, compare, needs_reference, reference_actions
-from vlabench.detection import detect_host, read_cpu_flags
+from vlabench.detection import cpu_has_native_bf16, detect_host
 from vlabench.devices import ResolvedDevice, resolve_device
 from vlabench.energy.base import EnergyMeter
 from vlabench.energy.select import MeterChoice, choose_meter
@@ -43,7 +43,6 @@ INPUT_VARIANTS = 2
 REPORTED_PHASES = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
 NOISE_CHECKED_PHASES = ("vision", "prefill", "action", "e2e")
 BUSY_BACKGROUND_PERCENT = 25.0
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def default_precision(backend: Backend, device: torch.device) -> str:
 
 def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:
     """Known traps worth a warning before hours are spent."""
-    if device.torch_device.type == "cpu" and precision == "bf16" and not NATIVE_BF16_FLAGS & read_cpu_flags():
+    if device.torch_device.type == "cpu" and precision == "bf16" and not cpu_has_native_bf16():
         return (
             "this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 matrix products are emulated and far "
             "slower than fp32 (compare with `vlabench devices --measure --precision fp32 --precision bf16`)",
