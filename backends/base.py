@@ -44,6 +44,22 @@ class PreparedPolicy(ABC):
         """Backend settings recorded in the result (threads, modes, versions)."""
         return {}
 
+    def node_events(self) -> list[NodeEvent]:
+        """The runtime's own per-node profile (when prepared with ``profile_nodes``), on the perf_counter clock."""
+        return []
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One executed graph node as the runtime's profiler reported it."""
+
+    graph: str
+    name: str
+    op_type: str
+    start_ns: int
+    end_ns: int
+    args: dict[str, Any]
+
 
 @dataclass(frozen=True)
 class BackendOptions:
@@ -53,6 +69,7 @@ class BackendOptions:
     device_target: str | None = None  # openvino device: CPU, GPU, NPU, ...
     compile_mode: str = "default"  # torch.compile mode
     fuse_denoise_loop: bool = False  # torch-compile on CUDA: replay the whole denoise loop as one CUDA graph
+    profile_nodes: bool = False  # onnxruntime / openvino: enable the runtime's per-node profiler
 
 
 class Backend(ABC):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, NodeEvent, PreparedPolicy
 from vlabench.backends.onnx_export import GRAPHS, export_onnx
 from vlabench.errors import InputError, UnavailableError
 from vlabench.specs import ModelSpec
@@ -56,18 +60,47 @@ class OrtPolicy(GraphPolicy):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def node_events(self) -> list[NodeEvent]:
+        """Ends each session's profiler and reads its trace: ``ts`` is µs after the profiler's wall-clock start."""
+        wall_minus_perf = time.time_ns() - time.perf_counter_ns()
+        events = []
+        for graph, session in self.sessions.items():
+            if not session.get_session_options().enable_profiling:
+                continue
+            started = session.get_profiling_start_time_ns() - wall_minus_perf
+            profile = Path(session.end_profiling())
+            recorded = json.loads(profile.read_text())
+            profile.unlink(missing_ok=True)
+            for event in recorded:
+                if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+                    continue
+                args = event.get("args", {})
+                start = started + int(event["ts"]) * 1000
+                events.append(
+                    NodeEvent(
+                        graph=graph,
+                        name=event["name"].removesuffix("_kernel_time"),
+                        op_type=args.get("op_name", ""),
+                        start_ns=start,
+                        end_ns=start + int(event["dur"]) * 1000,
+                        args={k: args[k] for k in ("provider", "input_type_shape", "output_type_shape") if k in args},
+                    )
+                )
+        return events
+
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OnnxRuntimeBackend:
-        return cls(options.ep)
+        return cls(options.ep, options.profile_nodes)
 
-    def __init__(self, ep: str | None = None) -> None:
+    def __init__(self, ep: str | None = None, profile_nodes: bool = False) -> None:
         if ep is not None and ep not in EXECUTION_PROVIDERS:
             raise InputError(f"Unknown execution provider '{ep}'. Valid --ep values: {', '.join(EXECUTION_PROVIDERS)}.")
         self.ep = ep
+        self.profile_nodes = profile_nodes
 
     def provider_for(self, device: torch.device) -> str:
         return self.ep or ("cuda" if device.type == "cuda" else "cpu")
@@ -91,17 +124,13 @@ class OnnxRuntimeBackend(Backend):
     ) -> PreparedPolicy:
         ort = _ort()
         exported = export_onnx(spec, workload, EXPORT_PRECISION[precision], seed)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = torch.get_num_threads()
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         provider = EXECUTION_PROVIDERS[self.provider_for(device)]
         providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
-        sessions = {
-            graph: ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
-            for graph in ("vision", "prefill", "denoise")
-        }
+        profile_dir = Path(tempfile.mkdtemp(prefix="vlabench-ort-profile-")) if self.profile_nodes else None
+        sessions = {}
+        for graph in ("vision", "prefill", "denoise"):
+            options = self._session_options(ort, profile_dir, graph)
+            sessions[graph] = ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
         in_use = sessions["denoise"].get_providers()
         if provider not in in_use:
             raise UnavailableError(
@@ -115,7 +144,20 @@ class OnnxRuntimeBackend(Backend):
             "graph_optimization_level": "ORT_ENABLE_ALL",
             "intra_op_threads": options.intra_op_num_threads,
             "inter_op_threads": options.inter_op_num_threads,
+            "node_profiling": self.profile_nodes,
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
         }
         return OrtPolicy(sessions, device, details)
+
+    @staticmethod
+    def _session_options(ort: Any, profile_dir: Path | None, graph: str) -> Any:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if profile_dir is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = str(profile_dir / graph)
+        return options

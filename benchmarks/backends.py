@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
     for precision in args.precisions:
         if precision == "bf16" and not cpu_has_native_bf16():
-            probe = gemm_peak("bf16", torch.device("cpu"), size=512, budget_s=0.5)
-            fp32 = gemm_peak("fp32", torch.device("cpu"), size=512, budget_s=0.5)
+            probe = gemm_peak("bf16", torch.device("cpu"), budget_s=0.5, max_size=512)
+            fp32 = gemm_peak("fp32", torch.device("cpu"), budget_s=0.5, max_size=512)
             console.print(
                 f"[yellow]bf16 skipped:[/] this CPU has none of {sorted(NATIVE_BF16_FLAGS)}; a 512³ bf16 GEMM "
                 f"runs at {probe.value * 1e3:.2f} GFLOP/s vs {fp32.value * 1e3:.1f} GFLOP/s in fp32 "

@@ -9,6 +9,7 @@ import torch
 from pydantic import BaseModel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GROWTH_STOP_S = 0.05  # stop growing the GEMM once one call takes this long
 
 
 class MeasuredCeiling(BaseModel):
@@ -38,13 +39,28 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
-def gemm_peak(precision: str, device: torch.device, size: int = 2048, budget_s: float = 1.0) -> MeasuredCeiling:
-    """Square ``size``³ matmul at ``precision``: 2·n³ FLOP per call."""
+def gemm_peak(
+    precision: str, device: torch.device, budget_s: float = 1.0, max_size: int | None = None
+) -> MeasuredCeiling:
+    """Square n³ matmul at ``precision`` (2·n³ FLOP per call). n doubles from 256 while one call stays short, so a
+    slow (emulated) precision is measured in seconds rather than minutes and a fast GPU gets a large enough n."""
     dtype = DTYPES[precision]
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    out = torch.empty(size, size, device=device, dtype=dtype)
-    seconds, repetitions = _best_seconds(lambda: torch.matmul(a, b, out=out), _synchronizer(device), budget_s)
+    synchronize = _synchronizer(device)
+    limit = max_size or (8192 if device.type == "cuda" else 2048)
+    size = 256
+    while True:
+        a = torch.randn(size, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        out = torch.empty(size, size, device=device, dtype=dtype)
+        torch.matmul(a, b, out=out)
+        synchronize()
+        begin = perf_counter()
+        torch.matmul(a, b, out=out)
+        synchronize()
+        if size * 2 > limit or perf_counter() - begin > GROWTH_STOP_S:
+            break
+        size *= 2
+    seconds, repetitions = _best_seconds(lambda: torch.matmul(a, b, out=out), synchronize, budget_s)
     return MeasuredCeiling(
         quantity=f"gemm_{precision}",
         value=2 * size**3 / seconds / 1e12,

@@ -8,7 +8,7 @@ from vlabench.kernels.ceilings import gemm_peak, stream_bandwidth
 
 
 def test_gemm_peak_reports_a_positive_rate_with_its_method():
-    ceiling = gemm_peak("fp32", torch.device("cpu"), size=256, budget_s=0.05)
+    ceiling = gemm_peak("fp32", torch.device("cpu"), budget_s=0.05, max_size=256)
     assert ceiling.unit == "TFLOP/s" and ceiling.value > 0 and ceiling.repetitions >= 3
     assert "256×256×256 fp32" in ceiling.detail
 

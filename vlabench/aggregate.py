@@ -11,6 +11,8 @@ from vlabench.cet import cost_report
 from vlabench.errors import InputError
 from vlabench.results import RunResult, load_result
 
+ARTIFACT_SUFFIXES = (".trace.json", ".profile.json")
+
 
 def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
     """Every ``*.json`` result under the given files or folders; unreadable ones are skipped with a reason."""
@@ -18,13 +20,18 @@ def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], l
     for root in paths:
         if not root.exists():
             raise InputError(f"{root}: no such file or folder")
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*.json") if not p.name.startswith("."))
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*.json") if _is_result_name(p.name))
         for path in files:
             try:
                 loaded.append((path, load_result(path)))
             except InputError as exc:
                 skipped.append(str(exc))
     return loaded, skipped
+
+
+def _is_result_name(name: str) -> bool:
+    """Run results, not partial files or the trace and profile files ``vlabench profile`` writes beside them."""
+    return not name.startswith(".") and not name.endswith(ARTIFACT_SUFFIXES)
 
 
 def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> pd.DataFrame:

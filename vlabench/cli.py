@@ -133,6 +133,12 @@ def run(
         float | None, typer.Option(help="Share of time the robot operates, 0–1. [default: 0.5]")
     ] = None,
     usd_per_kwh: Annotated[float | None, typer.Option(help="Electricity price, USD/kWh. [default: 0.15]")] = None,
+    measure_ceilings: Annotated[
+        bool | None,
+        typer.Option(
+            "--measure-ceilings", help="Measure GEMM peak and bandwidth first (stored in the roofline block)."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
     ] = None,
@@ -173,15 +179,9 @@ def run(
         "lifetime_years": lifetime_years,
         "duty_cycle": duty_cycle,
         "usd_per_kwh": usd_per_kwh,
+        "measure_ceilings": measure_ceilings,
     }
-    base = load_config_file(config) if config else RunConfig()
-    try:
-        run_config = RunConfig.model_validate(
-            {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
-        )
-    except ValidationError as exc:
-        problems = "; ".join(f"--{option_name(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise InputError(f"invalid option: {problems}") from None
+    run_config = build_run_config(config, flags)
     plans, skipped = plan_runs(run_config)
     info = err if as_json else out
     from vlabench.report import comparison_table, plan_summary, result_tables
@@ -207,6 +207,16 @@ def run(
     if any(not result.valid for result in results):
         err.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
         raise typer.Exit(EXIT_INVALID)
+
+
+def build_run_config(config: Path | None, flags: dict[str, Any]) -> RunConfig:
+    """The YAML file's settings (if any) overridden by the flags that were given; one clear error if invalid."""
+    base = load_config_file(config) if config else RunConfig()
+    try:
+        return RunConfig.model_validate({**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}})
+    except ValidationError as exc:
+        problems = "; ".join(f"--{option_name(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise InputError(f"invalid option: {problems}") from None
 
 
 def option_name(location: tuple) -> str:
@@ -332,3 +342,147 @@ def rank(
         sys.stdout.write(ranked.to_json(orient="records", indent=2) + "\n")
     else:
         out.print(rank_table(ranked, priority, control_hz))
+
+
+@app.command()
+@reports_errors
+def profile(
+    model: Annotated[str | None, typer.Option(help="Model name. [default: smolvla]")] = None,
+    device: Annotated[str | None, typer.Option(help="Device profile or alias. [default: auto]")] = None,
+    backend: Annotated[str | None, typer.Option(help="One backend. [default: torch]")] = None,
+    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider.")] = None,
+    device_target: Annotated[str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO.")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16. [default: as for run]")] = None,
+    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    iterations: Annotated[int, typer.Option(help="Minimum traced inferences.")] = 5,
+    min_duration: Annotated[float, typer.Option(help="Minimum traced seconds (for enough counter samples).")] = 2.0,
+    kernels: Annotated[
+        bool, typer.Option("--kernels", help="Add a torch-profiler pass: operator and CUDA kernel events.")
+    ] = False,
+    sample_ms: Annotated[
+        float | None, typer.Option(help="Counter sampling period, ms. [default: 50 CPU, 20 NVML, 100 tegrastats]")
+    ] = None,
+    measure_ceilings: Annotated[
+        bool, typer.Option(help="Measure GEMM peak and memory bandwidth first (the roofline verdicts use them).")
+    ] = True,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up inferences. [default: 2]")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed. [default: 0]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML run config; flags override it.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the profile JSON instead of tables.")] = False,
+) -> None:
+    """Trace phases with utilization counters (Chrome/Perfetto JSON) and summarize each phase against the roofline."""
+    from vlabench.profiling import ProfileSettings, run_profile
+    from vlabench.roofline_report import passes_table, profile_table
+
+    if iterations < 1 or min_duration < 0 or (sample_ms is not None and sample_ms <= 0):
+        raise InputError("--iterations must be ≥ 1, --min-duration ≥ 0 and --sample-ms > 0")
+    flags = {
+        "model": model,
+        "device": device,
+        "backend": backend,
+        "ep": ep,
+        "device_target": device_target,
+        "precision": precision,
+        "cameras": cameras,
+        "steps": steps,
+        "warmup": warmup,
+        "seed": seed,
+        "threads": threads,
+        "out": out_dir,
+    }
+    run_config = build_run_config(config, flags)
+    if run_config.backend in ("all",) or "," in run_config.backend:
+        raise InputError("vlabench profile takes one --backend")
+    settings = ProfileSettings(
+        iterations=iterations,
+        min_duration_s=min_duration,
+        kernels=kernels,
+        sample_period_s=sample_ms / 1e3 if sample_ms else None,
+        measure_ceilings=measure_ceilings,
+    )
+    err.print(f"profiling {run_config.model} ({run_config.backend}) …")
+    result = run_profile(run_config, settings, run_config.out)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        out.print(passes_table(result))
+        out.print(profile_table(result))
+    info = err if as_json else out
+    info.print(
+        f"trace: [bold]{run_config.out / result.trace_file}[/] (open in https://ui.perfetto.dev or chrome://tracing)"
+    )
+    info.print(f"profile: [bold]{run_config.out / (result.stem() + '.profile.json')}[/]")
+
+
+@app.command()
+@reports_errors
+def roofline(
+    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
+    device: Annotated[str, typer.Option(help="Any device profile (present or not), or auto/cpu/cuda/jetson.")] = "auto",
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, bf16, fp16. [default: fp32 on CPUs, else bf16 or fp16 from the profile]")
+    ] = None,
+    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    chunk: Annotated[int | None, typer.Option(help="Action chunk length. [default: the model's]")] = None,
+    measure_ceilings: Annotated[
+        bool | None,
+        typer.Option(help="Measure GEMM peak and bandwidth here. [default: when the device is this host]"),
+    ] = None,
+    result: Annotated[
+        Path | None, typer.Option(help="A `vlabench run` result: achieved FLOP/s from its measured phase latencies.")
+    ] = None,
+    efficiency: Annotated[
+        float | None, typer.Option(help="Projection: share of the roofline the device reaches (0–1). [default: 1]")
+    ] = None,
+    calibrate: Annotated[
+        Path | None, typer.Option(help="Projection: take per-phase efficiency from this measured result.")
+    ] = None,
+    control_hz: Annotated[float, typer.Option(help="Control-rate target for the feasibility verdict, Hz.")] = 10.0,
+    layers: Annotated[bool, typer.Option(help="Print the per-layer table (VLM and expert).")] = True,
+    top: Annotated[int, typer.Option(help="Heaviest operator kinds to list.")] = 12,
+    html: Annotated[bool, typer.Option(help="Write the interactive roofline chart (HTML) into --out.")] = True,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the chart.")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """FLOPs and bytes per phase, layer and operator against datasheet and measured ceilings; projection to any
+    profiled device with a feasibility verdict."""
+    from vlabench.backends import parse_precision
+    from vlabench.roofline_chart import write_roofline_html
+    from vlabench.roofline_command import RooflineRequest, default_precision, resolve_profile, run_roofline
+    from vlabench.roofline_report import roofline_renderables
+
+    if control_hz <= 0 or top < 0:
+        raise InputError("--control-hz must be positive and --top non-negative")
+    chosen = parse_precision(precision) if precision else default_precision(resolve_profile(device)[0])
+    request = RooflineRequest(
+        model=model,
+        device=device,
+        precision=chosen,
+        cameras=cameras,
+        steps=steps,
+        chunk=chunk,
+        measure_ceilings=measure_ceilings,
+        result=result,
+        efficiency=efficiency,
+        calibrate=calibrate,
+        control_hz=control_hz,
+    )
+    outcome = run_roofline(request)
+    outcome.report.operators = outcome.report.operators[:top]
+    chart = None
+    if html:
+        report = outcome.report
+        chart = write_roofline_html(
+            report, out_dir / f"{report.model}_{report.device}_{report.precision}.roofline.html"
+        )
+    if as_json:
+        sys.stdout.write(outcome.model_dump_json(indent=2) + "\n")
+    else:
+        for renderable in roofline_renderables(outcome, layers):
+            out.print(renderable)
+    if chart is not None:
+        (err if as_json else out).print(f"chart: [bold]{chart}[/]")

@@ -42,3 +42,4 @@ class RunConfig(BaseModel):
     lifetime_years: float = Field(default=3.0, gt=0)
     duty_cycle: float = Field(default=0.5, gt=0, le=1)
     usd_per_kwh: float = Field(default=0.15, ge=0)
+    measure_ceilings: bool = Field(default=False, description="measure GEMM peak and bandwidth before timing")

@@ -16,6 +16,7 @@ from vlabench.config import RunConfig
 from vlabench.correctness import Correctness
 from vlabench.errors import InputError, VlabenchError
 from vlabench.provenance import Provenance
+from vlabench.roofline import RooflineReport
 from vlabench.stats import Stats
 from vlabench.system_state import SystemState
 from vlabench.workload import Workload
@@ -117,6 +118,9 @@ class RunResult(BaseModel):
     warnings: list[str]
     system_state: SystemState
     provenance: Provenance
+    roofline: RooflineReport | None = Field(
+        default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
+    )
 
     @property
     def valid(self) -> bool:
@@ -130,16 +134,21 @@ class RunResult(BaseModel):
 
 
 def write_result(result: RunResult, out_dir: Path) -> Path:
-    """Write one result file atomically: a temporary file in the same folder, fsynced, then renamed."""
+    """Write one result file atomically (see ``atomic_write_text``)."""
+    return atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
+
+
+def atomic_write_text(target: Path, text: str) -> Path:
+    """A temporary file in the target's folder, fsynced, then renamed: readers never see a partial file."""
+    out_dir = target.parent
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        target = out_dir / result.file_name()
-        fd, temporary = tempfile.mkstemp(dir=out_dir, prefix=".partial-", suffix=".json")
+        fd, temporary = tempfile.mkstemp(dir=out_dir, prefix=".partial-", suffix=target.suffix)
     except OSError as exc:
-        raise VlabenchError(f"cannot write results to {out_dir}: {exc.strerror or exc}") from None
+        raise VlabenchError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w") as handle:
-            handle.write(result.model_dump_json(indent=2))
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)

@@ -19,9 +19,11 @@ from vlabench.devices import ResolvedDevice, resolve_device
 from vlabench.energy.base import EnergyMeter
 from vlabench.energy.select import MeterChoice, choose_meter
 from vlabench.errors import InputError, UnavailableError
+from vlabench.kernels.ceilings import measure_ceilings
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
 from vlabench.provenance import collect_provenance
 from vlabench.results import ControlVerdict, DeviceInfo, EnergyResult, MemoryInfo, ModelInfo, RunResult, Timing
+from vlabench.roofline import analyze, ceilings_for
 from vlabench.runner import (
     Contender,
     EnergyWindows,
@@ -158,6 +160,9 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
         reference = reference_actions(spec, workload, config.seed, obs, noise, target)
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
+    ceilings = {
+        plan.precision: measure_ceilings(target, (plan.precision,)) if config.measure_ceilings else [] for plan in plans
+    }
     contenders = [
         Contender(
             plan.backend.prepare(spec, workload, target, plan.precision, config.seed),
@@ -176,7 +181,16 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
             actions = plain_inference(contender.policy, contender.sampler, obs, noise)
             correctness = compare(actions, reference, noise, plan.precision)
         energy = measure_plan_energy(plan, contender)
-        results.append(assemble_result(plan, contender, measurement, energy, correctness, system_state, started))
+        result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started)
+        result.roofline = analyze(
+            spec,
+            workload,
+            plan.precision,
+            plan.device.profile.name,
+            ceilings_for(plan.device.profile, plan.precision, ceilings[plan.precision]),
+            {name: stats.p50 for name, stats in result.timing.phases.items()},
+        )
+        results.append(result)
     if len(plans) > 1:
         for result in results:
             result.warnings.append(

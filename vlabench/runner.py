@@ -34,6 +34,7 @@ class SpanRecorder:
     def __init__(self, synchronize: Callable[[], None]) -> None:
         self.synchronize = synchronize
         self.samples_ms: dict[str, list[float]] = defaultdict(list)
+        self.events: list[tuple[str, int, int]] = []  # (name, start_ns, end_ns) on the perf_counter clock
 
     @contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -41,7 +42,9 @@ class SpanRecorder:
         start = perf_counter_ns()
         yield
         self.synchronize()
-        self.samples_ms[name].append((perf_counter_ns() - start) / 1e6)
+        end = perf_counter_ns()
+        self.samples_ms[name].append((end - start) / 1e6)
+        self.events.append((name, start, end))
 
 
 @dataclass
