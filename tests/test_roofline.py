@@ -18,6 +18,8 @@ from vlabench.specs import load_model_spec, model_names
 from vlabench.workload import Workload, synthetic_observation
 
 META = torch.device("meta")
+QUICK_RUN = ("run", "--model", "smolvla-tiny", "--min-iterations", "3", "--min-duration", "0", "--energy-meter", "none")
+TINY_ON_THOR = ("roofline", "--model", "smolvla-tiny", "--device", "jetson-thor")
 
 
 def counted_flops(name: str, workload: Workload) -> dict[str, int]:
@@ -166,7 +168,7 @@ def test_roofline_cli_projects_pi0_to_a_device_not_present(tmp_path):
     layers = [r for r in data["report"]["layers"] if r["block"] in ("llm", "expert") and r["layer"] is not None]
     assert len(layers) == 36
     chart = (tmp_path / "pi0_jetson-thor_bf16.roofline.html").read_text()
-    assert "src=\"http" not in chart and len(chart) > 1_000_000  # plotly.js inlined: opens offline
+    assert 'src="http' not in chart and len(chart) > 1_000_000  # plotly.js inlined: opens offline
     assert "denoise_step" in chart and "datasheet roof" in chart
 
 
@@ -174,8 +176,7 @@ def test_roofline_cli_on_this_host_measures_ceilings_and_reads_a_result(tmp_path
     runner = CliRunner()
     run = runner.invoke(
         app,
-        ["run", "--model", "smolvla-tiny", "--min-iterations", "3", "--min-duration", "0", "--energy-meter", "none"]
-        + ["--measure-ceilings", "--out", str(tmp_path), "--json"],
+        [*QUICK_RUN, "--measure-ceilings", "--out", str(tmp_path), "--json"],
     )
     assert run.exit_code == 0, run.output
     stored = json.loads(run.stdout)["roofline"]
@@ -187,14 +188,12 @@ def test_roofline_cli_on_this_host_measures_ceilings_and_reads_a_result(tmp_path
     assert "measured (verdicts)" in table.output and "achieved" in table.output
     thor = runner.invoke(
         app,
-        ["roofline", "--model", "smolvla-tiny", "--device", "jetson-thor", "--precision"]
-        + ["fp32", "--calibrate", str(result_file), "--no-html"],
+        [*TINY_ON_THOR, "--precision", "fp32", "--calibrate", str(result_file), "--no-html"],
     )
     assert thor.exit_code == 2 and "no fp32 peak" in thor.output  # Thor's profile quotes 16-bit peaks only
     calibrated = runner.invoke(
         app,
-        ["roofline", "--model", "smolvla-tiny", "--device", "jetson-thor", "--calibrate", str(result_file)]
-        + ["--no-html", "--json"],
+        [*TINY_ON_THOR, "--calibrate", str(result_file), "--no-html", "--json"],
     )
     assert calibrated.exit_code == 0, calibrated.output
     projection = json.loads(calibrated.stdout)["report"]["projection"]
