@@ -186,6 +186,7 @@ def test_roofline_cli_on_this_host_measures_ceilings_and_reads_a_result(tmp_path
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
     assert "measured (verdicts)" in table.output and "achieved" in table.output
+    assert all(f"gemm_{p}" in table.output for p in ("fp32", "bf16", "fp16"))  # each precision torch runs
     thor = runner.invoke(
         app,
         [*TINY_ON_THOR, "--precision", "fp32", "--calibrate", str(result_file), "--no-html"],

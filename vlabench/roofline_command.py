@@ -19,6 +19,8 @@ from vlabench.roofline import RooflineReport, analyze, ceilings_for, efficiency_
 from vlabench.specs import load_model_spec
 from vlabench.workload import Workload
 
+MEASURED_PRECISIONS = ("fp32", "bf16", "fp16")  # what the torch backend runs; each gets its own GEMM peak
+
 
 @dataclass(frozen=True)
 class RooflineRequest:
@@ -78,7 +80,8 @@ def run_roofline(request: RooflineRequest) -> RooflineOutcome:
     measure = request.measure_ceilings if request.measure_ceilings is not None else torch_device is not None
     if measure and torch_device is None:
         raise InputError(f"--measure-ceilings needs the hardware: {profile.display_name} is not on this host")
-    measured = measure_ceilings(torch_device, (request.precision,)) if measure and torch_device is not None else []
+    precisions = tuple(dict.fromkeys((request.precision, *MEASURED_PRECISIONS)))
+    measured = measure_ceilings(torch_device, precisions) if measure and torch_device is not None else []
     measured_ms = _measured_phases(request.result, spec.name, workload, request.precision) if request.result else None
     report = analyze(
         spec, workload, request.precision, profile.name, ceilings_for(profile, request.precision, measured), measured_ms

@@ -126,7 +126,11 @@ def operators_table(report: RooflineReport) -> Table:
 
 def roofline_renderables(outcome: RooflineOutcome, layers: bool) -> list[Any]:
     report = outcome.report
-    items: list[Any] = [ceilings_table(report), phases_table(report)]
+    items: list[Any] = [ceilings_table(report)]
+    if outcome.measured_ceilings:
+        measured = ", ".join(f"{c.quantity} {c.value:.4g} {c.unit}" for c in outcome.measured_ceilings)
+        items.append(Text(f"measured on this host: {measured}"))
+    items.append(phases_table(report))
     if layers:
         items.append(layers_table(report))
     items.append(operators_table(report))
