@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel
 
+from vlabench.atomic import atomic_write_text
 from vlabench.backends import get_backend
 from vlabench.config import RunConfig
 from vlabench.detection import detect_host
@@ -171,8 +172,6 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
     trace.metadata["vlabench"] = {"run_id": result.run_id, "passes": [p.model_dump() for p in passes]}
     trace_path = trace.write(out_dir / f"{result.stem()}.trace.json")
     result.trace_file = trace_path.name
-    from vlabench.results import atomic_write_text
-
     atomic_write_text(out_dir / f"{result.stem()}.profile.json", result.model_dump_json(indent=2))
     return result
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from vlabench.atomic import atomic_write_text
 from vlabench.cet import CostReport
 from vlabench.config import RunConfig
 from vlabench.correctness import Correctness
-from vlabench.errors import InputError, VlabenchError
+from vlabench.errors import InputError
 from vlabench.provenance import Provenance
 from vlabench.roofline import RooflineReport
 from vlabench.stats import Stats
@@ -136,26 +135,6 @@ class RunResult(BaseModel):
 def write_result(result: RunResult, out_dir: Path) -> Path:
     """Write one result file atomically (see ``atomic_write_text``)."""
     return atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
-
-
-def atomic_write_text(target: Path, text: str) -> Path:
-    """A temporary file in the target's folder, fsynced, then renamed: readers never see a partial file."""
-    out_dir = target.parent
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=out_dir, prefix=".partial-", suffix=target.suffix)
-    except OSError as exc:
-        raise VlabenchError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
 
 
 def load_result(path: Path) -> RunResult:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from vlabench.results import atomic_write_text
+from vlabench.atomic import atomic_write_text
 from vlabench.roofline import RooflineReport
 
 CEILING_STYLE = {"datasheet": "dash", "measured": "solid"}

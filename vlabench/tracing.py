@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vlabench.results import atomic_write_text
+from vlabench.atomic import atomic_write_text
 from vlabench.samplers import Series
 
 PHASE_PROCESS = 1
