@@ -70,6 +70,7 @@ class BackendOptions:
     compile_mode: str = "default"  # torch.compile mode
     fuse_denoise_loop: bool = False  # torch-compile on CUDA: replay the whole denoise loop as one CUDA graph
     profile_nodes: bool = False  # onnxruntime / openvino: enable the runtime's per-node profiler
+    fuse_expert_kv: bool = False  # torch backends: hoist the expert's prefix K/V work out of the denoising loop
 
 
 class Backend(ABC):

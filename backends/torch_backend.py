@@ -7,16 +7,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import PRECISIONS, Backend, PreparedPolicy
+from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.kernels.expert_fusion import ExpertKVHoister
 from vlabench.replicas import FlowMatchingVLA, Observation, PrefixCache, build_replica
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
 
 class TorchPolicy(PreparedPolicy):
-    def __init__(self, model: FlowMatchingVLA, device: torch.device) -> None:
+    def __init__(self, model: FlowMatchingVLA, device: torch.device, hoister: ExpertKVHoister | None = None) -> None:
         self.model = model
         self.device = device
+        self.hoister = hoister
 
     @torch.inference_mode()
     def embed_images(self, obs: Observation) -> Tensor:
@@ -24,7 +26,9 @@ class TorchPolicy(PreparedPolicy):
 
     @torch.inference_mode()
     def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
-        return self.model.prefill(obs, image_tokens)
+        """With expert-K/V fusion the cache leaves the prefix phase with the expert's prefix work already done."""
+        cache = self.model.prefill(obs, image_tokens)
+        return self.hoister(cache) if self.hoister is not None else cache
 
     @torch.inference_mode()
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
@@ -40,11 +44,19 @@ class TorchPolicy(PreparedPolicy):
             "torch": torch.__version__,
             "intra_op_threads": torch.get_num_threads(),
             "sdpa": "torch.nn.functional.scaled_dot_product_attention",
+            "fuse_expert_kv": self.hoister is not None,
         }
 
 
 class TorchBackend(Backend):
     name = "torch"
+
+    @classmethod
+    def from_options(cls, options: BackendOptions) -> TorchBackend:
+        return cls(options.fuse_expert_kv)
+
+    def __init__(self, fuse_expert_kv: bool = False) -> None:
+        self.fuse_expert_kv = fuse_expert_kv
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -54,4 +66,6 @@ class TorchBackend(Backend):
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
-        return TorchPolicy(build_replica(spec, seed, PRECISIONS[precision], device), device)
+        model = build_replica(spec, seed, PRECISIONS[precision], device)
+        hoister = ExpertKVHoister(model, workload.suffix_tokens) if self.fuse_expert_kv else None
+        return TorchPolicy(model, device, hoister)

@@ -139,6 +139,14 @@ def run(
             "--measure-ceilings", help="Measure GEMM peak and bandwidth first (stored in the roofline block)."
         ),
     ] = None,
+    dp_cache: Annotated[
+        str | None,
+        typer.Option(help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."),
+    ] = None,
+    fuse_expert_kv: Annotated[
+        bool | None,
+        typer.Option("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
     ] = None,
@@ -180,6 +188,8 @@ def run(
         "duty_cycle": duty_cycle,
         "usd_per_kwh": usd_per_kwh,
         "measure_ceilings": measure_ceilings,
+        "dp_cache": dp_cache,
+        "fuse_expert_kv": fuse_expert_kv,
     }
     run_config = build_run_config(config, flags)
     plans, skipped = plan_runs(run_config)
@@ -486,3 +496,58 @@ def roofline(
             out.print(renderable)
     if chart is not None:
         (err if as_json else out).print(f"chart: [bold]{chart}[/]")
+
+
+@app.command()
+@reports_errors
+def loop(
+    model: Annotated[str | None, typer.Option(help="Model name. [default: smolvla]")] = None,
+    device: Annotated[str | None, typer.Option(help="Device profile or alias. [default: auto]")] = None,
+    backend: Annotated[str | None, typer.Option(help="One backend. [default: torch]")] = None,
+    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider.")] = None,
+    device_target: Annotated[str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO.")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16. [default: as for run]")] = None,
+    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    fusion_stale_steps: Annotated[
+        int, typer.Option(help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).")
+    ] = 5,
+    dp_cache: Annotated[str | None, typer.Option(help="DP-Cache schedule for both loops (see run).")] = None,
+    fuse_expert_kv: Annotated[bool, typer.Option("--fuse-expert-kv", help="torch: hoist the expert K/V work.")] = False,
+    cycles: Annotated[int, typer.Option(help="Counted control cycles per loop.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Uncounted cycles after the first.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed. [default: 0]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the loop JSON instead of a table.")] = False,
+) -> None:
+    """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
+    from vlabench.control_loop import run_loop
+    from vlabench.report import loop_table
+
+    if cycles < 1 or warmup < 0:
+        raise InputError("--cycles must be ≥ 1 and --warmup ≥ 0")
+    flags = {
+        "model": model,
+        "device": device,
+        "backend": backend,
+        "ep": ep,
+        "device_target": device_target,
+        "precision": precision,
+        "cameras": cameras,
+        "steps": steps,
+        "seed": seed,
+        "threads": threads,
+        "out": out_dir,
+        "dp_cache": dp_cache,
+        "fuse_expert_kv": fuse_expert_kv,
+    }
+    run_config = build_run_config(None, flags)
+    result = run_loop(run_config, fusion_stale_steps, cycles, warmup, run_config.out)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        out.print(loop_table(result))
+    for message in result.warnings:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False)
+    (err if as_json else out).print(f"loop: [bold]{run_config.out / (result.stem() + '.loop.json')}[/]")

@@ -43,3 +43,5 @@ class RunConfig(BaseModel):
     duty_cycle: float = Field(default=0.5, gt=0, le=1)
     usd_per_kwh: float = Field(default=0.15, ge=0)
     measure_ceilings: bool = Field(default=False, description="measure GEMM peak and bandwidth before timing")
+    dp_cache: str | None = Field(default=None, description="DP-Cache schedule: a step set, segment:A-B/S, or a file")
+    fuse_expert_kv: bool = Field(default=False, description="torch: hoist the expert's prefix K/V work out of the loop")

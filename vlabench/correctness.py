@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import Tensor
 
+from vlabench.dp_cache import DPCacheSchedule
 from vlabench.replicas import Observation, build_replica
 from vlabench.sampler import EulerSampler
 from vlabench.specs import ModelSpec
@@ -46,11 +47,18 @@ def needs_reference(backend: str, precision: str) -> bool:
 
 @torch.no_grad()
 def reference_actions(
-    spec: ModelSpec, workload: Workload, seed: int, obs: Observation, noise: Tensor, device: torch.device
+    spec: ModelSpec,
+    workload: Workload,
+    seed: int,
+    obs: Observation,
+    noise: Tensor,
+    device: torch.device,
+    schedule: DPCacheSchedule | None = None,
 ) -> Tensor:
-    """The fp32 eager action chunk for (obs, noise), with TF32 off; the replica is freed before returning."""
+    """The fp32 eager action chunk for (obs, noise), with TF32 off, under the run's DP-Cache schedule if any (a
+    backend is judged on computing what it was asked); the replica is freed before returning."""
     model = build_replica(spec, seed, torch.float32, device)
-    sampler = EulerSampler(workload.steps, workload.batch, device)
+    sampler = EulerSampler(workload.steps, workload.batch, device, schedule)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:

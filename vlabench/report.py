@@ -233,7 +233,25 @@ def result_tables(result: RunResult) -> list[Any]:
         f"; first inference {timing.first_inference_ms:.1f} ms",
     )
     warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
-    return [table, Group(summary, correctness_line(result), *cet_lines(result), *warnings)]
+    return [table, Group(summary, correctness_line(result), *optimization_lines(result), *cet_lines(result), *warnings)]
+
+
+def optimization_lines(result: RunResult) -> list[Text]:
+    info = result.optimization
+    if info is None:
+        return []
+    parts = []
+    if info.dp_cache is not None:
+        parts.append(f"DP-Cache computes {info.dp_cache.label()} steps")
+        if info.dp_cache_error is not None:
+            error = info.dp_cache_error
+            parts.append(
+                f"open-loop error vs the exact path: max abs {error.max_abs:.3g}, RMSE {error.rmse:.3g}, "
+                f"cosine {error.cosine:.5f}"
+            )
+    if info.fuse_expert_kv:
+        parts.append("expert prefix K/V hoisted out of the loop (lossless)")
+    return [Text("optimized  " + "; ".join(parts))]
 
 
 def correctness_line(result: RunResult) -> Text:
@@ -394,3 +412,26 @@ def _count(value: int) -> str:
 
 def _maybe(value: float | None) -> str:
     return "—" if value is None else f"{value:g}"
+
+
+def loop_table(result) -> Table:
+    """Exact vs V-AEFusion control loop (``vlabench loop``)."""
+    title = (
+        f"Control loop: {result.model} on {result.device} ({result.backend}, {result.precision}), "
+        f"{result.cycles} cycles each, {result.concurrency}"
+    )
+    columns = ["loop", "stale steps", "cycle p50 ms", "p90 ms", "CoV", "actions/s (p50)", "overlap p50 ms"]
+    table = _table(title, columns, set(columns[1:]))
+    for name, variant in (("exact", result.exact), ("V-AEFusion", result.fused)):
+        stats = variant.cycle_ms
+        table.add_row(
+            name,
+            str(variant.stale_steps),
+            f"{stats.p50:.2f}",
+            f"{stats.p90:.2f}",
+            f"{stats.cov:.1%}",
+            f"{variant.action_hz_p50:.1f}",
+            f"{variant.overlap_ms.p50:.2f}",
+        )
+    table.caption = f"speed-up (exact p50 / fused p50): {result.speedup_p50:.3f}×"
+    return table

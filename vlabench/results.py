@@ -13,7 +13,9 @@ from vlabench.atomic import atomic_write_text
 from vlabench.cet import CostReport
 from vlabench.config import RunConfig
 from vlabench.correctness import Correctness
+from vlabench.dp_cache import DPCacheSchedule
 from vlabench.errors import InputError
+from vlabench.fidelity import ActionError
 from vlabench.provenance import Provenance
 from vlabench.roofline import RooflineReport
 from vlabench.stats import Stats
@@ -95,6 +97,15 @@ class MemoryInfo(BaseModel):
     cuda_max_allocated_bytes: int | None
 
 
+class Optimization(BaseModel):
+    """Action-expert optimizations of the run. DP-Cache is lossy: its open-loop error against the exact path (fp32
+    torch, first input) is stored; the correctness gate then judges the backend against the same schedule."""
+
+    dp_cache: DPCacheSchedule | None
+    fuse_expert_kv: bool
+    dp_cache_error: ActionError | None
+
+
 class RunResult(BaseModel):
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -117,6 +128,7 @@ class RunResult(BaseModel):
     warnings: list[str]
     system_state: SystemState
     provenance: Provenance
+    optimization: Optimization | None = None
     roofline: RooflineReport | None = Field(
         default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
     )

@@ -16,13 +16,24 @@ from vlabench.config import RunConfig
 from vlabench.correctness import Correctness, compare, needs_reference, reference_actions
 from vlabench.detection import cpu_has_native_bf16, detect_host
 from vlabench.devices import ResolvedDevice, resolve_device
+from vlabench.dp_cache import DPCacheSchedule, parse_schedule
 from vlabench.energy.base import EnergyMeter
 from vlabench.energy.select import MeterChoice, choose_meter
 from vlabench.errors import InputError, UnavailableError
+from vlabench.fidelity import action_error
 from vlabench.kernels.ceilings import measure_ceilings
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
 from vlabench.provenance import collect_provenance
-from vlabench.results import ControlVerdict, DeviceInfo, EnergyResult, MemoryInfo, ModelInfo, RunResult, Timing
+from vlabench.results import (
+    ControlVerdict,
+    DeviceInfo,
+    EnergyResult,
+    MemoryInfo,
+    ModelInfo,
+    Optimization,
+    RunResult,
+    Timing,
+)
 from vlabench.roofline import analyze, ceilings_for
 from vlabench.runner import (
     Contender,
@@ -58,6 +69,7 @@ class RunPlan:
     footprint: Footprint
     meter: MeterChoice
     caveats: tuple[str, ...] = ()
+    schedule: DPCacheSchedule | None = None
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
@@ -66,6 +78,7 @@ def backend_options(config: RunConfig) -> BackendOptions:
         device_target=config.device_target,
         compile_mode=config.compile_mode,
         fuse_denoise_loop=config.fuse_denoise_loop,
+        fuse_expert_kv=config.fuse_expert_kv,
     )
 
 
@@ -82,6 +95,8 @@ def plan_run(config: RunConfig) -> RunPlan:
         supported = ", ".join(backend.precisions(device.torch_device))
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
+    schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
+    check_optimizations(config, backend.name, schedule)
     footprint = estimate_footprint(spec, workload, precision)
     check_fits(spec, footprint, device.torch_device, precision)
     if needs_reference(backend.name, precision):
@@ -91,9 +106,15 @@ def plan_run(config: RunConfig) -> RunPlan:
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
-    return RunPlan(
-        config, spec, device, backend, precision, workload, footprint, meter, plan_caveats(device, precision)
-    )
+    caveats = plan_caveats(device, precision)
+    return RunPlan(config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule)
+
+
+def check_optimizations(config: RunConfig, backend: str, schedule: DPCacheSchedule | None) -> None:
+    if config.fuse_expert_kv and backend != "torch":
+        raise InputError(f"--fuse-expert-kv applies to the torch backend, not '{backend}'")
+    if schedule is not None and config.fuse_denoise_loop:
+        raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
 
 
 def default_precision(backend: Backend, device: torch.device) -> str:
@@ -155,9 +176,11 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     if config.threads:
         torch.set_num_threads(config.threads)
     reference = None
+    schedule = first.schedule
     if any(needs_reference(plan.backend.name, plan.precision) for plan in plans):
         obs, noise = seeded_inputs(plans[0], "fp32")[0]
-        reference = reference_actions(spec, workload, config.seed, obs, noise, target)
+        reference = reference_actions(spec, workload, config.seed, obs, noise, target, schedule)
+    optimization = optimization_info(first, target)
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
     ceilings = {
@@ -166,7 +189,7 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     contenders = [
         Contender(
             plan.backend.prepare(spec, workload, target, plan.precision, config.seed),
-            EulerSampler(workload.steps, workload.batch, target),
+            EulerSampler(workload.steps, workload.batch, target, plan.schedule),
             seeded_inputs(plan, plan.precision),
         )
         for plan in plans
@@ -182,6 +205,7 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
             correctness = compare(actions, reference, noise, plan.precision)
         energy = measure_plan_energy(plan, contender)
         result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started)
+        result.optimization = optimization
         result.roofline = analyze(
             spec,
             workload,
@@ -197,6 +221,21 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
                 f"{len(plans)} backends ran in one process: peak memory covers all of them; timings are interleaved"
             )
     return results
+
+
+def optimization_info(plan: RunPlan, target: torch.device) -> Optimization | None:
+    """What the run changed on the action expert, and (for DP-Cache, which is lossy) its open-loop action error
+    against the exact path: fp32 eager torch, same weights, observation and noise."""
+    config, schedule = plan.config, plan.schedule
+    if schedule is None and not config.fuse_expert_kv:
+        return None
+    error = None
+    if schedule is not None:
+        obs, noise = seeded_inputs(plan, "fp32")[0]
+        exact = reference_actions(plan.spec, plan.workload, config.seed, obs, noise, target)
+        scheduled = reference_actions(plan.spec, plan.workload, config.seed, obs, noise, target, schedule)
+        error = action_error(scheduled, exact, noise)
+    return Optimization(dp_cache=schedule, fuse_expert_kv=config.fuse_expert_kv, dp_cache_error=error)
 
 
 def seeded_inputs(plan: RunPlan, precision: str) -> list[tuple]:
@@ -400,5 +439,7 @@ def config_hash(plan: RunPlan) -> str:
         "precision": plan.precision,
         "seed": plan.config.seed,
         "threads": plan.config.threads,
+        "dp_cache": plan.schedule.computed if plan.schedule else None,
+        "fuse_expert_kv": plan.config.fuse_expert_kv,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

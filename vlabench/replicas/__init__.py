@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vlabench.replicas.flow_vla import FlowMatchingVLA, Observation, PrefixCache
+from vlabench.replicas.flow_vla import ExpertKV, FlowMatchingVLA, Observation, PrefixCache
 from vlabench.replicas.layers import AdaptiveRMSNorm, RMSNorm
 from vlabench.specs import ModelSpec
 
-__all__ = ["FlowMatchingVLA", "Observation", "PrefixCache", "build_replica", "count_parameters"]
+__all__ = ["ExpertKV", "FlowMatchingVLA", "Observation", "PrefixCache", "build_replica", "count_parameters"]
 
 INIT_STD = 0.02
 

@@ -44,6 +44,16 @@ class Observation:
 
 
 @dataclass
+class ExpertKV:
+    """Expert-side K/V prepared once per inference (``kernels.expert_fusion``): the cross-attention layers'
+    projections of the prefix K/V, and static [prefix ; suffix] buffers whose prefix part is filled once."""
+
+    cross: dict[int, tuple[Tensor, Tensor]]  # layer -> projected (B, kv_heads, P, head_dim) keys, values
+    joint_keys: Tensor | None  # (layers, B, kv_heads, P + S, head_dim), suffix part rewritten every step
+    joint_values: Tensor | None
+
+
+@dataclass
 class PrefixCache:
     """Everything the action expert needs from phase 1: post-RoPE K/V of every kept LLM layer."""
 
@@ -51,6 +61,7 @@ class PrefixCache:
     values: Tensor  # (layers, B, kv_heads, P, head_dim)
     valid: Tensor  # (B, P) bool, False on padded language tokens
     state: Tensor  # (B, state_dim): π0 reads it as a suffix token in every step
+    expert_kv: ExpertKV | None = None
 
 
 @dataclass
@@ -86,20 +97,42 @@ class ExpertLayer(nn.Module):
     def _norm(self, norm: nn.Module, h: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
         return norm(h, cond) if self.adaptive else (norm(h), None)
 
-    def forward(self, h: Tensor, prefix_k: Tensor, prefix_v: Tensor, inputs: ExpertInputs) -> Tensor:
+    def project_prefix(self, prefix_k: Tensor, prefix_v: Tensor) -> tuple[Tensor, Tensor]:
+        """A cross-attention layer's own K/V of the prefix (the same for every denoising step)."""
+        attn = self.self_attn
+        k = split_heads(attn.k_proj(merge_heads(prefix_k)), attn.kv_heads)
+        return k, split_heads(attn.v_proj(merge_heads(prefix_v)), attn.kv_heads)
+
+    def forward(
+        self,
+        h: Tensor,
+        prefix_k: Tensor,
+        prefix_v: Tensor,
+        inputs: ExpertInputs,
+        projected: tuple[Tensor, Tensor] | None = None,
+        joint: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """``projected``: this cross layer's hoisted prefix K/V; ``joint``: static [prefix ; suffix] buffers whose
+        suffix part this step overwrites (both from ``ExpertKV``; the results are identical to the plain path)."""
         attn = self.self_attn
         x, gate = self._norm(self.input_layernorm, h, inputs.cond)
         if self.cross:
             cos, sin = inputs.cross_rope
             q = apply_rope(split_heads(attn.q_proj(x), attn.heads), cos, sin)
-            k = split_heads(attn.k_proj(merge_heads(prefix_k)), attn.kv_heads)
-            v = split_heads(attn.v_proj(merge_heads(prefix_v)), attn.kv_heads)
+            k, v = projected if projected is not None else self.project_prefix(prefix_k, prefix_v)
             bias = inputs.cross_bias
         else:
             cos, sin = inputs.rope
             q = apply_rope(split_heads(attn.q_proj(x), attn.heads), cos, sin)
-            k = torch.cat([prefix_k, apply_rope(split_heads(attn.k_proj(x), attn.kv_heads), cos, sin)], dim=2)
-            v = torch.cat([prefix_v, split_heads(attn.v_proj(x), attn.kv_heads)], dim=2)
+            new_k = apply_rope(split_heads(attn.k_proj(x), attn.kv_heads), cos, sin)
+            new_v = split_heads(attn.v_proj(x), attn.kv_heads)
+            if joint is not None:
+                k, v = joint
+                k[:, :, prefix_k.shape[2] :] = new_k
+                v[:, :, prefix_v.shape[2] :] = new_v
+            else:
+                k = torch.cat([prefix_k, new_k], dim=2)
+                v = torch.cat([prefix_v, new_v], dim=2)
             bias = inputs.bias
         out = attn.o_proj(merge_heads(attention(q, k, v, bias)))
         h = h + (out if gate is None else out * gate)
@@ -231,7 +264,14 @@ class FlowMatchingVLA(nn.Module):
             cross_bias=additive_mask(to_prefix, dtype),
             cond=cond,
         )
+        fused = cache.expert_kv
         for index, layer in enumerate(self.expert.layers):
-            h = layer(h, cache.keys[index], cache.values[index], inputs)
+            if fused is None:
+                h = layer(h, cache.keys[index], cache.values[index], inputs)
+                continue
+            joint = None
+            if fused.joint_keys is not None and fused.joint_values is not None:
+                joint = (fused.joint_keys[index], fused.joint_values[index])
+            h = layer(h, cache.keys[index], cache.values[index], inputs, fused.cross.get(index), joint)
         h = self.expert.norm(h, cond)[0] if cond is not None else self.expert.norm(h)
         return self.action_out_proj(h[:, -self.spec.action.chunk :])
