@@ -11,7 +11,7 @@ from vlabench.cet import cost_report
 from vlabench.errors import InputError
 from vlabench.results import RunResult, load_result
 
-ARTIFACT_SUFFIXES = (".trace.json", ".profile.json", ".loop.json")
+ARTIFACT_SUFFIXES = (".trace.json", ".profile.json", ".loop.json", ".dp-cache.json", ".fidelity.json")
 
 
 def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], list[str]]:

@@ -551,3 +551,81 @@ def loop(
     for message in result.warnings:
         err.print(f"[yellow]warning:[/] {message}", highlight=False)
     (err if as_json else out).print(f"loop: [bold]{run_config.out / (result.stem() + '.loop.json')}[/]")
+
+
+calibrate_app = typer.Typer(help="Offline calibrations.", no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.command("dp-cache")
+@reports_errors
+def calibrate_dp_cache_command(
+    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
+    observations: Annotated[int, typer.Option(help="Seeded observations to calibrate on.")] = 32,
+    budget: Annotated[
+        float, typer.Option(help="Worst relative action error allowed (max |Δ| / max |exact displacement|).")
+    ] = 0.05,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for weights, observations and noise.")] = 0,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Schedule file. [default: results/<model>.dp-cache.json]")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule JSON.")] = False,
+) -> None:
+    """Pick the DP-Cache schedule with the most skipped steps within an action-error budget; save it for --dp-cache."""
+    import torch
+
+    from vlabench.calibration import calibrate_dp_cache
+    from vlabench.specs import load_model_spec
+    from vlabench.workload import Workload
+
+    if observations < 1 or budget <= 0:
+        raise InputError("--observations must be ≥ 1 and --budget positive")
+    spec = load_model_spec(model)
+    workload = Workload.from_spec(spec, cameras, steps)
+    err.print(f"calibrating DP-Cache on {observations} observations of {model} (fp32 eager torch) …")
+    schedule = calibrate_dp_cache(spec, workload, observations, budget, seed, torch.device("cpu"))
+    path = schedule.write(out_file or Path("results") / f"{model}.dp-cache.json")
+    if as_json:
+        sys.stdout.write(schedule.model_dump_json(indent=2) + "\n")
+    else:
+        report = schedule.calibration or {}
+        similarity = ", ".join(f"{value:.3f}" for value in report.get("step_similarity", []))
+        out.print(f"step-to-step velocity cosine: {similarity}")
+        out.print(
+            f"schedule: computes {schedule.label()} (skips {len(schedule.skipped)}), worst relative error "
+            f"{report.get('error', 0):.4f} within budget {budget:g}; {report.get('candidates_evaluated')} candidates"
+        )
+    (err if as_json else out).print(f"schedule file: [bold]{path}[/] (use with --dp-cache {path})")
+
+
+@app.command()
+@reports_errors
+def fidelity(
+    model: Annotated[str, typer.Option(help="Model replica for the open-loop errors.")] = "smolvla",
+    observations: Annotated[int, typer.Option(help="Open loop: cycles of a drifting observation sequence.")] = 100,
+    closed_loop: Annotated[
+        bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
+    ] = True,
+    episodes: Annotated[int, typer.Option(help="Closed loop: seeded episodes per variant.")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed for weights, observations, noise and episodes.")] = 0,
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
+) -> None:
+    """Action error (open loop) and task success (closed loop) of DP-Cache, V-AEFusion and lossless fusion."""
+    from vlabench.fidelity_report import fidelity_tables, run_fidelity
+
+    if observations < 1 or episodes < 1:
+        raise InputError("--observations and --episodes must be ≥ 1")
+    err.print(
+        f"open loop: {observations} observations of {model}"
+        + (f"; closed loop: {episodes} episodes" if closed_loop else "")
+    )
+    report, path = run_fidelity(model, observations, episodes if closed_loop else 0, seed, out_dir)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        for table in fidelity_tables(report):
+            out.print(table)
+    (err if as_json else out).print(f"fidelity: [bold]{path}[/]")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import Tensor
+
+from vlabench.dp_cache import DPCacheSchedule, parse_schedule
+from vlabench.specs import ModelSpec
+from vlabench.workload import Workload, initial_noise, synthetic_observation
 
 
 class ActionError(BaseModel):
@@ -33,5 +39,86 @@ def action_error(actions: Tensor, exact: Tensor, noise: Tensor) -> ActionError:
     )
 
 
-def stacked(chunks: list[Tensor]) -> Tensor:
-    return torch.cat([chunk.float().cpu() for chunk in chunks], dim=0)
+class FidelityVariant(BaseModel):
+    """One action-expert optimization (or a combination) to compare with the exact path."""
+
+    name: str
+    dp_cache: DPCacheSchedule | None = None
+    stale_steps: int = 0
+    fuse_expert_kv: bool = False
+
+
+def default_variants(steps: int) -> list[FidelityVariant]:
+    """The paper's settings: rMuscle's DP-Cache set, a stable middle segment, V-AEFusion s ∈ {0,3,5,7,9} (scaled to
+    ``steps``), lossless fusion, and DP-Cache combined with V-AEFusion s = 5."""
+    variants = [FidelityVariant(name="fuse-expert-kv (lossless)", fuse_expert_kv=True)]
+    if steps >= 10:
+        rmuscle = parse_schedule("{0,1,2,6,8,9}", steps)
+        segment = parse_schedule(f"segment:2-{steps - 2}/3", steps)
+        variants += [
+            FidelityVariant(name=f"dp-cache {rmuscle.label()}", dp_cache=rmuscle),
+            FidelityVariant(name=f"dp-cache {segment.label()}", dp_cache=segment),
+        ]
+    for stale in sorted({min(s, steps) for s in (0, 3, 5, 7, 9)}):
+        variants.append(FidelityVariant(name=f"v-aefusion s={stale}", stale_steps=stale))
+    if steps >= 10:
+        variants.append(
+            FidelityVariant(name="dp-cache {0,1,2,6,8,9} + v-aefusion s=5", dp_cache=rmuscle, stale_steps=5)
+        )
+    return variants
+
+
+def drifting_observations(spec: ModelSpec, workload: Workload, count: int, seed: int, device: torch.device):
+    """A control-loop-like sequence: each observation is the previous one moved 10% towards a fresh seeded one
+    (images and state), with the same instruction, so a stale prefix is stale by one cycle of drift."""
+    first = synthetic_observation(spec, workload, seed, torch.float32, device)
+    sequence = [first]
+    for index in range(1, count):
+        fresh = synthetic_observation(spec, workload, seed + index, torch.float32, device)
+        previous = sequence[-1]
+        sequence.append(
+            replace(
+                previous,
+                images=previous.images * (1 - DRIFT) + fresh.images * DRIFT,
+                state=previous.state * (1 - DRIFT) + fresh.state * DRIFT,
+            )
+        )
+    return sequence
+
+
+DRIFT = 0.1
+
+
+def open_loop(
+    spec: ModelSpec,
+    workload: Workload,
+    observations: int,
+    variants: list[FidelityVariant],
+    seed: int,
+    device: torch.device,
+) -> list[tuple[FidelityVariant, ActionError]]:
+    """Every variant against the exact path (fp32 eager torch) on ``observations`` cycles of a drifting sequence:
+    same weights, observations and noise; V-AEFusion's stale prefix is the previous cycle's."""
+    from vlabench.calibration import concat_caches
+    from vlabench.fusion import FusionLoop
+    from vlabench.kernels.expert_fusion import ExpertKVHoister
+    from vlabench.replicas import build_replica
+    from vlabench.sampler import EulerSampler
+
+    model = build_replica(spec, seed, torch.float32, device)
+    sequence = drifting_observations(spec, workload, observations + 1, seed, device)
+    with torch.inference_mode():
+        caches = [model.prefix(obs) for obs in sequence]
+        noise = torch.cat([initial_noise(workload, seed + i, torch.float32, device) for i in range(observations)])
+        current, previous = concat_caches(caches[1:]), concat_caches(caches[:-1])
+        batch = noise.shape[0]
+        exact = EulerSampler(workload.steps, batch, device).sample(model, current, noise)
+        results = []
+        for variant in variants:
+            hoist = ExpertKVHoister(model, workload.suffix_tokens) if variant.fuse_expert_kv else (lambda c: c)
+            sampler = EulerSampler(workload.steps, batch, device, variant.dp_cache)
+            loop = FusionLoop(hoist, model, sampler, lambda: None, variant.stale_steps, device, concurrent=False)
+            loop.previous = hoist(previous)
+            actions, _ = loop.cycle(current, noise)
+            results.append((variant, action_error(actions, exact, noise)))
+    return results
