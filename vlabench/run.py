@@ -85,6 +85,9 @@ def backend_options(config: RunConfig) -> BackendOptions:
 def plan_run(config: RunConfig) -> RunPlan:
     """Resolve every name and check the run can happen here; raises before anything large is allocated."""
     spec = load_model_spec(config.model)
+    workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
+    schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
+    check_optimizations(config, config.backend, schedule)
     backend = get_backend(config.backend, backend_options(config))
     device = resolve_device(config.device)
     precision = parse_precision(config.precision or default_precision(backend, device.torch_device))
@@ -94,9 +97,6 @@ def plan_run(config: RunConfig) -> RunPlan:
     if precision not in backend.precisions(device.torch_device):
         supported = ", ".join(backend.precisions(device.torch_device))
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
-    workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
-    schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
-    check_optimizations(config, backend.name, schedule)
     footprint = estimate_footprint(spec, workload, precision)
     check_fits(spec, footprint, device.torch_device, precision)
     if needs_reference(backend.name, precision):
