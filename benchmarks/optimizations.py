@@ -147,11 +147,11 @@ def main() -> None:
             "eager torch bf16 π0 would take tens of minutes per inference, so the bf16 target cannot be measured here."
         )
     if args.episodes:
-        from vlabench.closed_loop.evaluate import default_variants, evaluate, format_table
+        from vlabench.closed_loop.evaluate import closed_loop_variants, evaluate, format_table
         from vlabench.closed_loop.train import load_or_train
 
         policy = load_or_train(0)
-        console.print(format_table(evaluate(policy, default_variants(policy.steps), args.episodes, 0)))
+        console.print(format_table(evaluate(policy, closed_loop_variants(policy.steps), args.episodes, 0)))
 
 
 if __name__ == "__main__":

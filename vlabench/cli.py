@@ -609,6 +609,9 @@ def fidelity(
         bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
     ] = True,
     episodes: Annotated[int, typer.Option(help="Closed loop: seeded episodes per variant.")] = 50,
+    actions_per_chunk: Annotated[
+        int, typer.Option(help="Closed loop: actions executed per predicted chunk (of 8); more is less forgiving.")
+    ] = 4,
     seed: Annotated[int, typer.Option(help="Seed for weights, observations, noise and episodes.")] = 0,
     out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
@@ -616,13 +619,13 @@ def fidelity(
     """Action error (open loop) and task success (closed loop) of DP-Cache, V-AEFusion and lossless fusion."""
     from vlabench.fidelity_report import fidelity_tables, run_fidelity
 
-    if observations < 1 or episodes < 1:
-        raise InputError("--observations and --episodes must be ≥ 1")
+    if observations < 1 or episodes < 1 or not 1 <= actions_per_chunk <= 8:
+        raise InputError("--observations and --episodes must be ≥ 1, --actions-per-chunk within 1..8")
     err.print(
         f"open loop: {observations} observations of {model}"
         + (f"; closed loop: {episodes} episodes" if closed_loop else "")
     )
-    report, path = run_fidelity(model, observations, episodes if closed_loop else 0, seed, out_dir)
+    report, path = run_fidelity(model, observations, episodes if closed_loop else 0, seed, out_dir, actions_per_chunk)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:

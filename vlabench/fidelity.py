@@ -49,9 +49,9 @@ class FidelityVariant(BaseModel):
 
 
 def default_variants(steps: int) -> list[FidelityVariant]:
-    """The paper's settings: rMuscle's DP-Cache set, a stable middle segment, V-AEFusion s ∈ {0,3,5,7,9} (scaled to
-    ``steps``), lossless fusion, and DP-Cache combined with V-AEFusion s = 5."""
-    variants = [FidelityVariant(name="fuse-expert-kv (lossless)", fuse_expert_kv=True)]
+    """Exact; lossless fusion; the paper's settings: rMuscle's DP-Cache set, a stable middle segment, V-AEFusion
+    s ∈ {0,3,5,7,9} (capped at ``steps``), and DP-Cache combined with V-AEFusion s = 5."""
+    variants = [FidelityVariant(name="exact"), FidelityVariant(name="fuse-expert-kv (lossless)", fuse_expert_kv=True)]
     if steps >= 10:
         rmuscle = parse_schedule("{0,1,2,6,8,9}", steps)
         segment = parse_schedule(f"segment:2-{steps - 2}/3", steps)

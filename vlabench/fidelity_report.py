@@ -41,7 +41,9 @@ class FidelityReport(BaseModel):
     closed_loop: list[ClosedLoopRow]
 
 
-def run_fidelity(model: str, observations: int, episodes: int, seed: int, out_dir: Path) -> tuple[FidelityReport, Path]:
+def run_fidelity(
+    model: str, observations: int, episodes: int, seed: int, out_dir: Path, actions_per_chunk: int = 4
+) -> tuple[FidelityReport, Path]:
     spec = load_model_spec(model)
     workload = Workload.from_spec(spec)
     cpu = torch.device("cpu")
@@ -52,12 +54,14 @@ def run_fidelity(model: str, observations: int, episodes: int, seed: int, out_di
     closed: list[ClosedLoopRow] = []
     task = None
     if episodes:
-        from vlabench.closed_loop.evaluate import default_variants as closed_variants
-        from vlabench.closed_loop.evaluate import evaluate
+        from vlabench.closed_loop.evaluate import closed_loop_variants, evaluate
         from vlabench.closed_loop.train import load_or_train
 
         policy = load_or_train(seed)
-        task = "Gymnasium MuJoCo Reacher-v5 (headless), vlabench's flow-matching policy trained on scripted demos"
+        task = (
+            "Gymnasium MuJoCo Reacher-v5 (headless), vlabench's flow-matching policy trained on scripted demos, "
+            f"{actions_per_chunk} of 8 actions executed per chunk"
+        )
         closed = [
             ClosedLoopRow(
                 variant=s.variant,
@@ -67,7 +71,7 @@ def run_fidelity(model: str, observations: int, episodes: int, seed: int, out_di
                 mean_final_distance_m=s.mean_final_distance,
                 expert_calls_per_chunk=s.expert_calls_per_chunk,
             )
-            for s in evaluate(policy, closed_variants(policy.steps), episodes, seed)
+            for s in evaluate(policy, closed_loop_variants(policy.steps), episodes, seed, actions_per_chunk)
         ]
     started = datetime.now(timezone.utc)
     report = FidelityReport(

@@ -45,16 +45,16 @@ class _Attention(nn.Module):
         return self.out(attended.transpose(1, 2).reshape(batch, tokens, -1))
 
 
-def _mlp(width: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+def _mlp(width: int, ratio: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(width, ratio * width), nn.GELU(), nn.Linear(ratio * width, width))
 
 
 class _PrefixLayer(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
+    def __init__(self, width: int, heads: int, mlp_ratio: int) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.attention = _Attention(width, heads)
-        self.mlp = _mlp(width)
+        self.mlp = _mlp(width, mlp_ratio)
 
     def forward(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = self.attention.project(self.norm1(h))
@@ -63,7 +63,7 @@ class _PrefixLayer(nn.Module):
 
 
 class _ExpertLayer(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
+    def __init__(self, width: int, heads: int, mlp_ratio: int) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(width, elementwise_affine=False)
         self.norm2 = nn.LayerNorm(width, elementwise_affine=False)
@@ -71,7 +71,7 @@ class _ExpertLayer(nn.Module):
         nn.init.zeros_(self.modulation.weight)
         nn.init.zeros_(self.modulation.bias)
         self.attention = _Attention(width, heads)
-        self.mlp = _mlp(width)
+        self.mlp = _mlp(width, mlp_ratio)
 
     def forward(self, h: Tensor, time: Tensor, prefix_k: Tensor, prefix_v: Tensor) -> Tensor:
         shift1, scale1, shift2, scale2 = self.modulation(time)[:, None, :].chunk(4, dim=-1)
@@ -89,8 +89,9 @@ class SmallFlowPolicy(nn.Module):
         horizon: int = 8,
         width: int = 64,
         heads: int = 4,
-        layers: int = 3,
+        layers: int = 2,
         prefix_tokens: int = 4,
+        mlp_ratio: int = 2,
         steps: int = 10,
     ) -> None:
         super().__init__()
@@ -101,11 +102,11 @@ class SmallFlowPolicy(nn.Module):
         self.register_buffer("obs_std", torch.ones(OBS_DIM))
         self.obs_in = nn.Linear(OBS_DIM, prefix_tokens * width)
         self.prefix_position = nn.Parameter(torch.randn(prefix_tokens, width) * 0.02)
-        self.prefix_layers = nn.ModuleList(_PrefixLayer(width, heads) for _ in range(layers))
+        self.prefix_layers = nn.ModuleList(_PrefixLayer(width, heads, mlp_ratio) for _ in range(layers))
         self.action_in = nn.Linear(ACTION_DIM, width)
         self.action_position = nn.Parameter(torch.randn(horizon, width) * 0.02)
         self.time_mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU())
-        self.expert_layers = nn.ModuleList(_ExpertLayer(width, heads) for _ in range(layers))
+        self.expert_layers = nn.ModuleList(_ExpertLayer(width, heads, mlp_ratio) for _ in range(layers))
         self.action_norm = nn.LayerNorm(width)
         self.action_out = nn.Linear(width, ACTION_DIM)
 
