@@ -209,3 +209,20 @@ def test_roofline_cli_errors_are_clear():
         app, ["roofline", "--device", "jetson-thor", "--efficiency", "0.5", "--calibrate", "x.json", "--no-html"]
     )
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_optimized_counts_move_hoisted_work_and_scale_the_action_phase():
+    spec = load_model_spec("smolvla")
+    workload = Workload.from_spec(spec)
+    plain, hoisted = (count_operators(spec, workload, "fp32", h) for h in (False, True))
+    moved = [op for op in hoisted if op.phase == "prefill" and op.block == "expert"]
+    assert {op.name for op in moved} == {"k_proj(prefix)", "v_proj(prefix)"} and len(moved) == 2 * 8
+    step = total(op for op in plain if op.phase == "denoise_step").flops
+    assert total(op for op in hoisted if op.phase == "denoise_step").flops == pytest.approx(step - total(moved).flops)
+    report = analyze(spec, workload, "fp32", "x", [ceiling(1, 10)], computed_steps=6, hoisted=True)
+    assert report.phase("action").flops == pytest.approx(6 * report.phase("denoise_step").flops)
+    assert report.computed_steps == 6 and report.hoisted
+    pi0 = load_model_spec("pi0")  # joint attention only: nothing to hoist
+    assert count_operators(pi0, Workload.from_spec(pi0), "bf16", True) == count_operators(
+        pi0, Workload.from_spec(pi0), "bf16"
+    )

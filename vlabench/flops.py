@@ -22,6 +22,7 @@ from vlabench.workload import Workload
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
 Phase = Literal["vision", "prefill", "denoise_step"]
 PHASES: tuple[Phase, ...] = ("vision", "prefill", "denoise_step")
+HOISTABLE = ("k_proj(prefix)", "v_proj(prefix)")
 
 
 class Operator(BaseModel):
@@ -141,10 +142,15 @@ class _Builder:
         )
 
 
-def count_operators(spec: ModelSpec, workload: Workload, precision: str) -> list[Operator]:
-    """Every operator of the vision, prefill and one denoising step, in execution order."""
+def count_operators(spec: ModelSpec, workload: Workload, precision: str, hoisted: bool = False) -> list[Operator]:
+    """Every operator of the vision, prefill and one denoising step, in execution order. ``hoisted``: the
+    expert's projections of the prefix K/V (SmolVLA's cross layers) run once at the end of the prefill
+    (``--fuse-expert-kv``) instead of in every step."""
     element = BYTES_PER_ELEMENT[precision]
-    return [*_vision(spec, workload, element), *_prefill(spec, workload, element), *_denoise(spec, workload, element)]
+    denoise = _denoise(spec, workload, element)
+    moved = [op.model_copy(update={"phase": "prefill"}) for op in denoise if hoisted and op.name in HOISTABLE]
+    kept = [op for op in denoise if not (hoisted and op.name in HOISTABLE)]
+    return [*_vision(spec, workload, element), *_prefill(spec, workload, element), *moved, *kept]
 
 
 def _vision(spec: ModelSpec, workload: Workload, element: int) -> list[Operator]:

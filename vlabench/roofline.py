@@ -142,6 +142,8 @@ class RooflineReport(BaseModel):
     precision: str
     cameras: int
     steps: int
+    computed_steps: int = Field(description="steps that call the expert (fewer with DP-Cache)")
+    hoisted: bool = Field(default=False, description="expert prefix K/V projections moved into the prefill")
     prefix_tokens: int
     suffix_tokens: int
     conventions: str
@@ -162,7 +164,7 @@ class RooflineReport(BaseModel):
 CONVENTIONS = (
     "matmul 2·M·K·N, attention 4·S·T·head_dim per head, elementwise ops 0 FLOP; bytes = weights + operator "
     "inputs/outputs + prefix K/V cache traffic, each read once per operator (no fusion); denoise_step is one step, "
-    "action = steps × denoise_step; floors sum max(FLOPs/peak, bytes/bandwidth) over operators"
+    "action = computed steps × denoise_step; floors sum max(FLOPs/peak, bytes/bandwidth) over operators"
 )
 
 
@@ -174,12 +176,17 @@ def analyze(
     ceilings: list[Ceiling],
     measured_ms: Mapping[str, float] | None = None,
     top_operators: int = 12,
+    computed_steps: int | None = None,
+    hoisted: bool = False,
 ) -> RooflineReport:
     """Analytic counts of every phase, layer and operator kind, against each ceiling, with achieved rates where
-    ``measured_ms`` (p50 per phase: vision, prefill, denoise_step, action, e2e) is given."""
-    operators = count_operators(spec, workload, precision)
+    ``measured_ms`` (p50 per phase: vision, prefill, denoise_step, action, e2e) is given. ``computed_steps``
+    (DP-Cache) scales the action phase to the steps that call the expert; ``hoisted`` moves the expert's prefix
+    K/V projections into the prefill."""
+    operators = count_operators(spec, workload, precision, hoisted)
     primary = _primary(ceilings)
-    phases = [_phase_row(name, ops, ceilings) for name, ops in _phase_operators(operators, workload.steps).items()]
+    grouped = _phase_operators(operators, computed_steps or workload.steps)
+    phases = [_phase_row(name, ops, ceilings) for name, ops in grouped.items()]
     for row in phases:
         measured = (measured_ms or {}).get(row.phase)
         if measured:
@@ -193,6 +200,8 @@ def analyze(
         precision=precision,
         cameras=workload.cameras,
         steps=workload.steps,
+        computed_steps=computed_steps or workload.steps,
+        hoisted=hoisted,
         prefix_tokens=workload.prefix_tokens,
         suffix_tokens=workload.suffix_tokens,
         conventions=CONVENTIONS,
@@ -216,7 +225,7 @@ def project(report: RooflineReport, efficiency: Mapping[str, float], source: str
     for name in ("vision", "prefill", "denoise_step"):
         used[name] = efficiency.get(name, efficiency.get("e2e", 1.0))
         phases[name].projected_ms = phases[name].bounds[report.primary].floor_ms / used[name]
-    phases["action"].projected_ms = phases["denoise_step"].projected_ms * report.steps  # type: ignore[operator]
+    phases["action"].projected_ms = phases["denoise_step"].projected_ms * report.computed_steps  # type: ignore[operator]
     phases["e2e"].projected_ms = sum(phases[n].projected_ms for n in ("vision", "prefill", "action"))  # type: ignore[misc]
     report.projection = Projection(
         method="per-operator roofline floor on the primary ceiling, divided by a per-phase efficiency",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import torch
+from torch import Tensor
 
 from vlabench.backends import BACKENDS, PRECISIONS, Backend, BackendOptions, get_backend, parse_precision
 from vlabench.cet import CostAssumptions, CostReport, cost_report
@@ -175,12 +176,12 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     system_state = sample_system_state(target.type)
     if config.threads:
         torch.set_num_threads(config.threads)
-    reference = None
-    schedule = first.schedule
-    if any(needs_reference(plan.backend.name, plan.precision) for plan in plans):
-        obs, noise = seeded_inputs(plans[0], "fp32")[0]
-        reference = reference_actions(spec, workload, config.seed, obs, noise, target, schedule)
-    optimization = optimization_info(first, target)
+    references = ReferenceCache(first, target)
+    needs = [needs_reference(plan.backend.name, plan.precision) for plan in plans]
+    for plan, needed in zip(plans, needs, strict=True):
+        if needed:
+            references.get(plan.schedule)
+    optimizations = [optimization_info(plan, references) for plan in plans]
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
     ceilings = {
@@ -197,15 +198,15 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
     measurements = measure_interleaved(contenders, settings, progress)
     results = []
-    for plan, contender, measurement in zip(plans, contenders, measurements, strict=True):
+    for index, (plan, contender, measurement) in enumerate(zip(plans, contenders, measurements, strict=True)):
         correctness = None
-        if reference is not None and needs_reference(plan.backend.name, plan.precision):
+        if needs[index]:
             obs, noise = contender.inputs[0]
             actions = plain_inference(contender.policy, contender.sampler, obs, noise)
-            correctness = compare(actions, reference, noise, plan.precision)
+            correctness = compare(actions, references.get(plan.schedule), noise, plan.precision)
         energy = measure_plan_energy(plan, contender)
         result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started)
-        result.optimization = optimization
+        result.optimization = optimizations[index]
         result.roofline = analyze(
             spec,
             workload,
@@ -213,17 +214,38 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
             plan.device.profile.name,
             ceilings_for(plan.device.profile, plan.precision, ceilings[plan.precision]),
             {name: stats.p50 for name, stats in result.timing.phases.items()},
+            computed_steps=len(plan.schedule.computed) if plan.schedule else None,
+            hoisted=plan.config.fuse_expert_kv,
         )
         results.append(result)
     if len(plans) > 1:
         for result in results:
             result.warnings.append(
-                f"{len(plans)} backends ran in one process: peak memory covers all of them; timings are interleaved"
+                f"{len(plans)} configurations ran in one process: peak memory covers all of them; timings are "
+                "interleaved"
             )
     return results
 
 
-def optimization_info(plan: RunPlan, target: torch.device) -> Optimization | None:
+class ReferenceCache:
+    """fp32 eager torch action chunks on the first seeded input, one per DP-Cache schedule (None: exact)."""
+
+    def __init__(self, plan: RunPlan, target: torch.device) -> None:
+        self.plan, self.target = plan, target
+        self._chunks: dict[tuple[int, ...] | None, Tensor] = {}
+
+    def get(self, schedule: DPCacheSchedule | None) -> Tensor:
+        key = schedule.computed if schedule else None
+        if key not in self._chunks:
+            plan = self.plan
+            obs, noise = seeded_inputs(plan, "fp32")[0]
+            self._chunks[key] = reference_actions(
+                plan.spec, plan.workload, plan.config.seed, obs, noise, self.target, schedule
+            )
+        return self._chunks[key]
+
+
+def optimization_info(plan: RunPlan, references: ReferenceCache) -> Optimization | None:
     """What the run changed on the action expert, and (for DP-Cache, which is lossy) its open-loop action error
     against the exact path: fp32 eager torch, same weights, observation and noise."""
     config, schedule = plan.config, plan.schedule
@@ -231,10 +253,8 @@ def optimization_info(plan: RunPlan, target: torch.device) -> Optimization | Non
         return None
     error = None
     if schedule is not None:
-        obs, noise = seeded_inputs(plan, "fp32")[0]
-        exact = reference_actions(plan.spec, plan.workload, config.seed, obs, noise, target)
-        scheduled = reference_actions(plan.spec, plan.workload, config.seed, obs, noise, target, schedule)
-        error = action_error(scheduled, exact, noise)
+        noise = seeded_inputs(plan, "fp32")[0][1]
+        error = action_error(references.get(schedule), references.get(None), noise)
     return Optimization(dp_cache=schedule, fuse_expert_kv=config.fuse_expert_kv, dp_cache_error=error)
 
 
