@@ -24,8 +24,9 @@ from rich.table import Table
 from vlabench.config import RunConfig
 from vlabench.control_loop import run_loop
 from vlabench.detection import cpu_has_native_bf16
-from vlabench.errors import VlabenchError
+from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.kernels.ceilings import gemm_peak
+from vlabench.memory import check_fits
 from vlabench.run import execute_many, plan_run
 
 console = Console(width=180)
@@ -39,10 +40,18 @@ METHODS = {
 
 
 def backend_results(base: RunConfig, backend: str) -> list[tuple[str, object]]:
-    """Every method on one backend, timed interleaved (one `execute_many`), so drift hits all of them alike."""
+    """Every method on one backend, timed interleaved (one `execute_many`) so drift hits all of them alike, or one
+    after another when their replicas do not fit in memory together."""
     methods = [m for m, update in METHODS.items() if backend == "torch" or not update.get("fuse_expert_kv")]
     plans = [plan_run(base.model_copy(update={"backend": backend, **METHODS[m]})) for m in methods]
-    return list(zip(methods, execute_many(plans), strict=True))
+    combined = plans[0].footprint.model_copy(update={"total_bytes": sum(p.footprint.total_bytes for p in plans)})
+    try:
+        check_fits(plans[0].spec, combined, plans[0].device.torch_device, plans[0].precision)
+        results = execute_many(plans)
+    except InsufficientMemoryError:
+        console.print(f"[yellow]{base.model} · {backend}: methods run one after another (not enough memory)[/]")
+        results = [execute_many([plan])[0] for plan in plans]
+    return list(zip(methods, results, strict=True))
 
 
 def roofline_share(result) -> float | None:
