@@ -36,6 +36,11 @@ class PreparedPolicy(ABC):
     def prefix(self, obs: Observation) -> PrefixCache:
         return self.prefill(obs, self.embed_images(obs))
 
+    def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
+        """A prefix function whose caches stay valid while other lanes run (its own static buffers, where the
+        backend keeps any): one per control loop when several loops share this policy."""
+        return self.prefix
+
     def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
         """A whole-loop replacement for the Sampler (e.g. a captured CUDA graph), reported as its own variant."""
         return None

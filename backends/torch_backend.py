@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +34,12 @@ class TorchPolicy(PreparedPolicy):
     @torch.inference_mode()
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
         return self.model.denoise_step(x_t, t, cache)
+
+    def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
+        if self.hoister is None:
+            return self.prefix
+        lane = TorchPolicy(self.model, self.device, ExpertKVHoister(self.model, self.hoister.suffix_tokens))
+        return lane.prefix
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

@@ -199,3 +199,24 @@ def test_fidelity_cli_open_loop(tmp_path):
     assert rows["fuse-expert-kv (lossless)"]["max_abs"] == 0 and rows["v-aefusion s=0"]["max_abs"] == 0
     assert rows["v-aefusion s=9"]["rmse"] > rows["v-aefusion s=3"]["rmse"] > 0
     assert len(list(tmp_path.glob("*.fidelity.json"))) == 1
+
+
+def test_loops_sharing_a_fused_policy_keep_their_own_static_buffers():
+    """`vlabench loop` interleaves an exact and a fused loop on one policy: with --fuse-expert-kv each loop needs
+    its own K/V buffers, or the exact loop's prefix would overwrite the stale cache the fused loop is reading."""
+    spec, workload, fused = tiny_policy("pi0-tiny", fuse=True)
+    _, _, plain = tiny_policy("pi0-tiny")
+    sequence = [inputs(spec, workload, seed) for seed in range(4)]
+
+    def fused_actions(policy):
+        sampler = EulerSampler(workload.steps, 1, CPU)
+        exact = FusionLoop(policy.prefix_lane(), policy, sampler, policy.synchronize, 0, CPU, concurrent=False)
+        stale = FusionLoop(policy.prefix_lane(), policy, sampler, policy.synchronize, 5, CPU, concurrent=False)
+        chunks = []
+        for obs, noise in sequence:
+            exact.cycle(obs, noise)
+            chunks.append(stale.cycle(obs, noise)[0])
+        return chunks
+
+    for with_buffers, without in zip(fused_actions(fused), fused_actions(plain), strict=True):
+        assert torch.equal(with_buffers, without)

@@ -74,7 +74,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
     dtype = PRECISIONS[plan.precision]
     loops = {
         name: FusionLoop(
-            policy.prefix,
+            policy.prefix_lane(),
             policy,
             EulerSampler(plan.workload.steps, plan.workload.batch, target, plan.schedule),
             policy.synchronize,

@@ -15,7 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter_ns
@@ -228,7 +228,7 @@ def _operators_pass(
     if not nodes and not settings.kernels:
         return None
     options = backend_options(plan.config)
-    backend = get_backend(plan.backend.name, type(options)(**{**options.__dict__, "profile_nodes": nodes}))
+    backend = get_backend(plan.backend.name, replace(options, profile_nodes=nodes))
     target = plan.device.torch_device
     policy = backend.prepare(plan.spec, plan.workload, target, plan.precision, plan.config.seed)
     sampler = EulerSampler(plan.workload.steps, plan.workload.batch, target)
