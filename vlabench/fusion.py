@@ -88,25 +88,21 @@ class FusionLoop:
             self.previous = cache
             return actions, CycleSpans(start, end, (start, prefix_done), None, (prefix_done, end))
         stale_cache = self.previous
-        if self._worker is not None:
-            future = self._worker.submit(self._timed_prefix, observation)
-            x_t, _ = self.sampler.sample_partial(self.policy, stale_cache, noise, steps=range(self.stale_steps))
-            self.synchronize()
-            stale_end = perf_counter_ns()
-            cache, prefix_span = future.result()
-        else:
+        future = self._worker.submit(self._timed_prefix, observation) if self._worker is not None else None
+        if future is None:
             cache, prefix_span = self._timed_prefix(observation)
-            stale_begin = perf_counter_ns()
-            x_t, _ = self.sampler.sample_partial(self.policy, stale_cache, noise, steps=range(self.stale_steps))
-            self.synchronize()
-            stale_end = perf_counter_ns()
-        stale_start = start if self._worker is not None else stale_begin
+        stale_begin = perf_counter_ns()
+        x_t, _ = self.sampler.sample_partial(self.policy, stale_cache, noise, steps=range(self.stale_steps))
+        self.synchronize()
+        stale_end = perf_counter_ns()
+        if future is not None:
+            cache, prefix_span = future.result()
         fresh_start = perf_counter_ns()
         actions, _ = self.sampler.sample_partial(self.policy, cache, x_t, steps=range(self.stale_steps, steps))
         self.synchronize()
         end = perf_counter_ns()
         self.previous = cache
-        return actions, CycleSpans(start, end, prefix_span, (stale_start, stale_end), (fresh_start, end))
+        return actions, CycleSpans(start, end, prefix_span, (stale_begin, stale_end), (fresh_start, end))
 
     def _timed_prefix(self, observation: Any) -> tuple[PrefixCache, tuple[int, int]]:
         begin = perf_counter_ns()
