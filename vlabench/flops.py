@@ -25,16 +25,12 @@ PHASES: tuple[Phase, ...] = ("vision", "prefill", "denoise_step")
 HOISTABLE = ("k_proj(prefix)", "v_proj(prefix)")
 
 
-class Operator(BaseModel):
-    """One operator of one phase (``denoise_step`` figures are per step)."""
+class Totals(BaseModel):
+    """FLOPs and bytes moved, split by kind."""
 
-    phase: Phase
-    block: str  # vision, connector, llm, expert, head
-    layer: int | None
-    name: str
-    flops: float
-    weight_bytes: float
-    activation_bytes: float
+    flops: float = 0.0
+    weight_bytes: float = 0.0
+    activation_bytes: float = 0.0
     kv_read_bytes: float = 0.0
     kv_write_bytes: float = 0.0
 
@@ -48,33 +44,21 @@ class Operator(BaseModel):
         return self.flops / self.bytes if self.bytes else 0.0
 
 
-class Totals(BaseModel):
-    flops: float = 0.0
-    weight_bytes: float = 0.0
-    activation_bytes: float = 0.0
-    kv_read_bytes: float = 0.0
-    kv_write_bytes: float = 0.0
+class Operator(Totals):
+    """One operator of one phase (``denoise_step`` figures are per step)."""
 
-    @property
-    def bytes(self) -> float:
-        return self.weight_bytes + self.activation_bytes + self.kv_read_bytes + self.kv_write_bytes
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes else 0.0
+    phase: Phase
+    block: str  # vision, connector, llm, expert, head
+    layer: int | None
+    name: str
 
 
-def total(operators: Iterable[Operator]) -> Totals:
-    sums = Totals()
-    for op in operators:
-        sums = Totals(
-            flops=sums.flops + op.flops,
-            weight_bytes=sums.weight_bytes + op.weight_bytes,
-            activation_bytes=sums.activation_bytes + op.activation_bytes,
-            kv_read_bytes=sums.kv_read_bytes + op.kv_read_bytes,
-            kv_write_bytes=sums.kv_write_bytes + op.kv_write_bytes,
-        )
-    return sums
+AMOUNTS = tuple(Totals.model_fields)
+
+
+def total(operators: Iterable[Totals]) -> Totals:
+    ops = list(operators)
+    return Totals(**{field: sum(getattr(op, field) for op in ops) for field in AMOUNTS})
 
 
 def by_layer(operators: Iterable[Operator]) -> dict[tuple[Phase, str, int | None], Totals]:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from vlabench.devices import DeviceProfile
 from vlabench.errors import InputError
-from vlabench.flops import PHASES, Operator, Totals, by_layer, count_operators, total
+from vlabench.flops import AMOUNTS, PHASES, Operator, Totals, by_layer, count_operators, total
 from vlabench.kernels.ceilings import MeasuredCeiling
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
@@ -257,8 +257,7 @@ def _phase_operators(operators: list[Operator], steps: int) -> dict[str, list[Op
 
 
 def _scaled(op: Operator, factor: int) -> dict[str, float]:
-    fields = ("flops", "weight_bytes", "activation_bytes", "kv_read_bytes", "kv_write_bytes")
-    return {name: getattr(op, name) * factor for name in fields}
+    return {name: getattr(op, name) * factor for name in AMOUNTS}
 
 
 def _floor_ms(operators: Iterable[Operator], ceiling: Ceiling) -> float:
