@@ -26,8 +26,7 @@ from vlabench.control_loop import run_loop
 from vlabench.detection import cpu_has_native_bf16
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.kernels.ceilings import gemm_peak
-from vlabench.memory import check_fits
-from vlabench.run import execute_many, plan_run
+from vlabench.run import check_fit_together, execute_many, plan_run
 
 console = Console(width=180)
 PAPER_SET = "{0,1,2,6,8,9}"
@@ -44,9 +43,8 @@ def backend_results(base: RunConfig, backend: str) -> list[tuple[str, object]]:
     after another when their replicas do not fit in memory together."""
     methods = [m for m, update in METHODS.items() if backend == "torch" or not update.get("fuse_expert_kv")]
     plans = [plan_run(base.model_copy(update={"backend": backend, **METHODS[m]})) for m in methods]
-    combined = plans[0].footprint.model_copy(update={"total_bytes": sum(p.footprint.total_bytes for p in plans)})
     try:
-        check_fits(plans[0].spec, combined, plans[0].device.torch_device, plans[0].precision)
+        check_fit_together(plans)
         results = execute_many(plans)
     except InsufficientMemoryError:
         console.print(f"[yellow]{base.model} · {backend}: methods run one after another (not enough memory)[/]")

@@ -32,7 +32,7 @@ from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.provenance import Provenance, collect_provenance
 from vlabench.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.run import RunPlan, backend_options, plan_run, seeded_inputs
-from vlabench.runner import SpanRecorder, phased_inference
+from vlabench.runner import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.sampler import EulerSampler
 from vlabench.samplers import Sampler, Series, samplers_for
 from vlabench.tracing import ChromeTrace
@@ -123,7 +123,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
     policy = plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, config.seed)
     sampler = EulerSampler(plan.workload.steps, plan.workload.batch, target)
     inputs = seeded_inputs(plan, plan.precision)
-    _warm_up(policy, sampler, inputs, config.warmup)
+    warm_up(Contender(policy, sampler, inputs), config.warmup)
     samplers = samplers_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
     begin = perf_counter_ns()
     recorder, series = _traced(policy, sampler, inputs, settings, samplers)
@@ -186,13 +186,6 @@ def _pass(name: str, produced: str, iterations: int, begin_ns: int, instruments:
     )
 
 
-def _warm_up(policy, sampler: EulerSampler, inputs: Sequence[tuple], warmup: int) -> None:
-    recorder = SpanRecorder(policy.synchronize)
-    for index in range(max(warmup, 1)):
-        obs, noise = inputs[index % len(inputs)]
-        phased_inference(policy, sampler, obs, noise, recorder)
-
-
 def _traced(
     policy, sampler: EulerSampler, inputs: Sequence[tuple], settings: ProfileSettings, samplers: list[Sampler]
 ) -> tuple[SpanRecorder, list[Series]]:
@@ -232,7 +225,7 @@ def _operators_pass(
     target = plan.device.torch_device
     policy = backend.prepare(plan.spec, plan.workload, target, plan.precision, plan.config.seed)
     sampler = EulerSampler(plan.workload.steps, plan.workload.batch, target)
-    _warm_up(policy, sampler, inputs, 1)
+    warm_up(Contender(policy, sampler, inputs), 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
     begin = perf_counter_ns()
     recorder: SpanRecorder = (
@@ -286,14 +279,24 @@ def _merge_torch_profile(profiler: torch.profiler.profile, recorder: SpanRecorde
     trace.external(events, "torch profiler", shift)
 
 
-def _phase_samples(events: Sequence[tuple[str, int, int]]) -> dict[str, list[float]]:
-    """Span durations (ms) per summary phase; every ``denoise_step[i]`` counts as ``denoise_step``."""
-    grouped: dict[str, list[float]] = {}
+def summary_phase(span: str) -> str:
+    """The summary phase a span belongs to: every ``denoise_step[i]`` counts as ``denoise_step``."""
+    return "denoise_step" if span.startswith("denoise_step[") else span
+
+
+def phase_windows(events: Sequence[tuple[str, int, int]]) -> dict[str, list[tuple[int, int]]]:
+    """(start, end) ns of every span per summary phase."""
+    windows: dict[str, list[tuple[int, int]]] = {}
     for name, start, end in events:
-        phase = "denoise_step" if name.startswith("denoise_step[") else name
+        phase = summary_phase(name)
         if phase in SUMMARY_PHASES:
-            grouped.setdefault(phase, []).append((end - start) / 1e6)
-    return grouped
+            windows.setdefault(phase, []).append((start, end))
+    return windows
+
+
+def _phase_samples(events: Sequence[tuple[str, int, int]]) -> dict[str, list[float]]:
+    """Span durations (ms) per summary phase."""
+    return {phase: [(end - start) / 1e6 for start, end in spans] for phase, spans in phase_windows(events).items()}
 
 
 def summarize_phases(
@@ -301,11 +304,7 @@ def summarize_phases(
 ) -> list[PhaseSummary]:
     """Per phase: mean duration, share of end-to-end time, and each counter's headline value averaged over the
     phase's spans (weighted by how much of each sample's interval falls inside them) and its peak."""
-    windows: dict[str, list[tuple[int, int]]] = {}
-    for name, start, end in events:
-        phase = "denoise_step" if name.startswith("denoise_step[") else name
-        if phase in SUMMARY_PHASES:
-            windows.setdefault(phase, []).append((start, end))
+    windows = phase_windows(events)
     e2e_total = sum(end - start for start, end in windows.get("e2e", []))
     rows = []
     for phase in SUMMARY_PHASES:

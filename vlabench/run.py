@@ -156,11 +156,16 @@ def plan_runs(config: RunConfig) -> tuple[list[RunPlan], list[str]]:
             skipped.append(f"{name}: {exc}")
     if not plans:
         raise UnavailableError("no backend can run here: " + "; ".join(skipped))
-    total = sum(plan.footprint.total_bytes for plan in plans)
     if len(plans) > 1:
-        combined = plans[0].footprint.model_copy(update={"total_bytes": total})
-        check_fits(plans[0].spec, combined, plans[0].device.torch_device, plans[0].precision)
+        check_fit_together(plans)
     return plans, skipped
+
+
+def check_fit_together(plans: list[RunPlan]) -> None:
+    """Raises InsufficientMemoryError when the plans' replicas would not fit in memory at once."""
+    first = plans[0]
+    combined = first.footprint.model_copy(update={"total_bytes": sum(p.footprint.total_bytes for p in plans)})
+    check_fits(first.spec, combined, first.device.torch_device, first.precision)
 
 
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:

@@ -110,7 +110,7 @@ def measure_interleaved(
 ) -> list[Measurement]:
     """Round-robin one iteration per contender so machine drift affects all of them alike; each stops counting
     once it has its minimum iterations and its own minimum timed duration."""
-    first_inference_ms = [_warm_up(c, settings.warmup) for c in contenders]
+    first_inference_ms = [warm_up(c, settings.warmup) for c in contenders]
     recorders = [SpanRecorder(c.policy.synchronize) for c in contenders]
     unsynced: list[list[float]] = [[] for _ in contenders]
     timed_ns = [0] * len(contenders)
@@ -152,7 +152,7 @@ def measure_interleaved(
     ]
 
 
-def _warm_up(contender: Contender, warmup: int) -> float:
+def warm_up(contender: Contender, warmup: int) -> float:
     """Untimed inferences (at least one); returns the first one's latency."""
     recorder = SpanRecorder(contender.policy.synchronize)
     for index in range(max(warmup, 1)):
