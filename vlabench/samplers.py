@@ -48,6 +48,11 @@ class Sampler(ABC):
 
     source: str
     period_s: float
+    units: ClassVar[dict[str, str]]  # series name -> unit
+    headlines: ClassVar[dict[str, str]] = {}  # series name -> the key the per-phase summary reports
+
+    def empty_series(self) -> dict[str, Series]:
+        return {name: Series(name, unit, headline=self.headlines.get(name)) for name, unit in self.units.items()}
 
     @abstractmethod
     def start(self) -> None: ...
@@ -61,9 +66,6 @@ class Sampler(ABC):
 
 class PollingSampler(Sampler):
     """Calls ``read()`` every period on a daemon thread; ``read`` returns {series: {key: value}}."""
-
-    units: ClassVar[dict[str, str]]
-    headlines: ClassVar[dict[str, str]] = {}
 
     def __init__(self, period_s: float, clock: Clock = time.perf_counter_ns) -> None:
         if period_s <= 0:
@@ -79,9 +81,7 @@ class PollingSampler(Sampler):
     def read(self) -> dict[str, dict[str, float]]: ...
 
     def start(self) -> None:
-        self._series = {
-            name: Series(name, unit, headline=self.headlines.get(name)) for name, unit in self.units.items()
-        }
+        self._series = self.empty_series()
         self._halt.clear()
         self.read()  # primes interval counters such as psutil's
         self._thread = threading.Thread(target=self._run, name=f"vlabench-{self.source}-sampler", daemon=True)
@@ -198,13 +198,13 @@ class TegrastatsSampler(Sampler):
     """
 
     source = "tegrastats"
-    UNITS: ClassVar[dict[str, str]] = {
+    units: ClassVar[dict[str, str]] = {
         "gpu utilization": "%",
         "gpu memory utilization": "%",
         "cpu utilization": "%",
         "rail power": "W",
     }
-    HEADLINES: ClassVar[dict[str, str]] = {
+    headlines: ClassVar[dict[str, str]] = {
         "gpu utilization": "gr3d",
         "gpu memory utilization": "emc",
         "cpu utilization": "mean",
@@ -226,9 +226,7 @@ class TegrastatsSampler(Sampler):
             interval_ms = str(max(1, round(self.period_s * 1e3)))
             self._process = subprocess.Popen([binary, "--interval", interval_ms], stdout=subprocess.PIPE, text=True)
             lines = _stamped(self._process.stdout)  # type: ignore[arg-type]
-        self._series = {
-            name: Series(name, unit, headline=self.HEADLINES.get(name)) for name, unit in self.UNITS.items()
-        }
+        self._series = self.empty_series()
         self._reader = threading.Thread(target=self._consume, args=(lines,), name="vlabench-tegrastats", daemon=True)
         self._reader.start()
 
