@@ -28,6 +28,37 @@ EXIT_INVALID = 5
 EXIT_INTERRUPTED = 130
 PROGRESS_AFTER_S = 3.0
 
+# Options shared by the commands that build a RunConfig (run, profile, loop); None means "not given".
+ModelFlag = Annotated[
+    str | None, typer.Option("--model", help="Model name (see `vlabench models`). [default: smolvla]")
+]
+DeviceFlag = Annotated[
+    str | None, typer.Option("--device", help="Device profile or alias: auto, cpu, cuda, jetson, … [default: auto]")
+]
+OneBackendFlag = Annotated[str | None, typer.Option("--backend", help="One backend. [default: torch]")]
+EpFlag = Annotated[str | None, typer.Option("--ep", help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
+DeviceTargetFlag = Annotated[
+    str | None, typer.Option("--device-target", help="OpenVINO device: CPU, GPU, NPU, AUTO. [default: CPU]")
+]
+PrecisionFlag = Annotated[
+    str | None, typer.Option("--precision", help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")
+]
+CamerasFlag = Annotated[int | None, typer.Option("--cameras", help="Camera count. [default: the model's]")]
+StepsFlag = Annotated[int | None, typer.Option("--steps", help="Denoising steps. [default: the model's]")]
+SeedFlag = Annotated[int | None, typer.Option("--seed", help="Seed for weights, observations and noise. [default: 0]")]
+ThreadsFlag = Annotated[int | None, typer.Option("--threads", help="torch intra-op threads. [default: torch's]")]
+OutFlag = Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")]
+DpCacheFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--dp-cache", help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."
+    ),
+]
+FuseExpertKvFlag = Annotated[
+    bool | None,
+    typer.Option("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference."),
+]
+
 
 def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     """Turn vlabench errors into one red line and the documented exit code, never a traceback."""
@@ -74,20 +105,16 @@ def load_config_file(path: Path) -> RunConfig:
 @app.command()
 @reports_errors
 def run(
-    model: Annotated[str | None, typer.Option(help="Model name (see `vlabench models`). [default: smolvla]")] = None,
-    device: Annotated[
-        str | None, typer.Option(help="Device profile or alias: auto, cpu, cuda, jetson, … [default: auto]")
-    ] = None,
+    model: ModelFlag = None,
+    device: DeviceFlag = None,
     backend: Annotated[
         str | None,
         typer.Option(
             help="torch, torch-compile, onnxruntime, openvino, tensorrt; a comma list; or all. [default: torch]"
         ),
     ] = None,
-    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")] = None,
-    device_target: Annotated[
-        str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO. [default: CPU]")
-    ] = None,
+    ep: EpFlag = None,
+    device_target: DeviceTargetFlag = None,
     compile_mode: Annotated[
         str | None, typer.Option(help="torch.compile mode for torch-compile. [default: default]")
     ] = None,
@@ -97,11 +124,9 @@ def run(
             "--fuse-denoise-loop", help="torch-compile on CUDA: replay the whole denoise loop as a CUDA graph."
         ),
     ] = None,
-    precision: Annotated[
-        str | None, typer.Option(help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")
-    ] = None,
-    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    precision: PrecisionFlag = None,
+    cameras: CamerasFlag = None,
+    steps: StepsFlag = None,
     chunk: Annotated[int | None, typer.Option(help="Action chunk length. [default: the model's]")] = None,
     actions_per_chunk: Annotated[
         int | None, typer.Option(help="Actions executed per chunk, for the action rate. [default: the model's]")
@@ -111,9 +136,9 @@ def run(
     min_duration: Annotated[float | None, typer.Option(help="Minimum timed seconds. [default: 10]")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Cap on timed inferences. [default: 1000]")] = None,
     control_hz: Annotated[float | None, typer.Option(help="Robot control-rate target, Hz. [default: 10]")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for weights, observations and noise. [default: 0]")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads. [default: torch's]")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    seed: SeedFlag = None,
+    threads: ThreadsFlag = None,
+    out_dir: OutFlag = None,
     energy_meter: Annotated[
         str | None,
         typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none. [default: auto]"),
@@ -139,14 +164,8 @@ def run(
             "--measure-ceilings", help="Measure GEMM peak and bandwidth first (stored in the roofline block)."
         ),
     ] = None,
-    dp_cache: Annotated[
-        str | None,
-        typer.Option(help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."),
-    ] = None,
-    fuse_expert_kv: Annotated[
-        bool | None,
-        typer.Option("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference."),
-    ] = None,
+    dp_cache: DpCacheFlag = None,
+    fuse_expert_kv: FuseExpertKvFlag = None,
     config: Annotated[
         Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
     ] = None,
@@ -357,14 +376,14 @@ def rank(
 @app.command()
 @reports_errors
 def profile(
-    model: Annotated[str | None, typer.Option(help="Model name. [default: smolvla]")] = None,
-    device: Annotated[str | None, typer.Option(help="Device profile or alias. [default: auto]")] = None,
-    backend: Annotated[str | None, typer.Option(help="One backend. [default: torch]")] = None,
-    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider.")] = None,
-    device_target: Annotated[str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO.")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16. [default: as for run]")] = None,
-    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    model: ModelFlag = None,
+    device: DeviceFlag = None,
+    backend: OneBackendFlag = None,
+    ep: EpFlag = None,
+    device_target: DeviceTargetFlag = None,
+    precision: PrecisionFlag = None,
+    cameras: CamerasFlag = None,
+    steps: StepsFlag = None,
     iterations: Annotated[int, typer.Option(help="Minimum traced inferences.")] = 5,
     min_duration: Annotated[float, typer.Option(help="Minimum traced seconds (for enough counter samples).")] = 2.0,
     kernels: Annotated[
@@ -377,9 +396,9 @@ def profile(
         bool, typer.Option(help="Measure GEMM peak and memory bandwidth first (the roofline verdicts use them).")
     ] = True,
     warmup: Annotated[int | None, typer.Option(help="Warm-up inferences. [default: 2]")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed. [default: 0]")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    seed: SeedFlag = None,
+    threads: ThreadsFlag = None,
+    out_dir: OutFlag = None,
     config: Annotated[Path | None, typer.Option(help="YAML run config; flags override it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile JSON instead of tables.")] = False,
 ) -> None:
@@ -501,24 +520,24 @@ def roofline(
 @app.command()
 @reports_errors
 def loop(
-    model: Annotated[str | None, typer.Option(help="Model name. [default: smolvla]")] = None,
-    device: Annotated[str | None, typer.Option(help="Device profile or alias. [default: auto]")] = None,
-    backend: Annotated[str | None, typer.Option(help="One backend. [default: torch]")] = None,
-    ep: Annotated[str | None, typer.Option(help="onnxruntime execution provider.")] = None,
-    device_target: Annotated[str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO.")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16. [default: as for run]")] = None,
-    cameras: Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")] = None,
+    model: ModelFlag = None,
+    device: DeviceFlag = None,
+    backend: OneBackendFlag = None,
+    ep: EpFlag = None,
+    device_target: DeviceTargetFlag = None,
+    precision: PrecisionFlag = None,
+    cameras: CamerasFlag = None,
+    steps: StepsFlag = None,
     fusion_stale_steps: Annotated[
         int, typer.Option(help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).")
     ] = 5,
-    dp_cache: Annotated[str | None, typer.Option(help="DP-Cache schedule for both loops (see run).")] = None,
-    fuse_expert_kv: Annotated[bool, typer.Option("--fuse-expert-kv", help="torch: hoist the expert K/V work.")] = False,
+    dp_cache: DpCacheFlag = None,
+    fuse_expert_kv: FuseExpertKvFlag = None,
     cycles: Annotated[int, typer.Option(help="Counted control cycles per loop.")] = 10,
     warmup: Annotated[int, typer.Option(help="Uncounted cycles after the first.")] = 1,
-    seed: Annotated[int | None, typer.Option(help="Seed. [default: 0]")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Results folder. [default: results]")] = None,
+    seed: SeedFlag = None,
+    threads: ThreadsFlag = None,
+    out_dir: OutFlag = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the loop JSON instead of a table.")] = False,
 ) -> None:
     """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
