@@ -29,6 +29,10 @@ class PreparedPolicy(ABC):
     @abstractmethod
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor: ...
 
+    def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """Token decoders: one token (B, 1) -> (action logits, its keys, its values); see ``GreedyDecoder``."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode tokens")
+
     @abstractmethod
     def synchronize(self) -> None:
         """Block until all work queued on the target has finished."""
@@ -101,10 +105,14 @@ class Backend(ABC):
 
 
 class GraphPolicy(PreparedPolicy):
-    """A policy made of the three exported graphs (see ``onnx_export.GRAPHS``); subclasses run one graph."""
+    """A policy made of exported graphs (see ``onnx_export.graph_signatures``); subclasses run one graph."""
 
-    def __init__(self, details: dict[str, Any]) -> None:
+    def __init__(self, details: dict[str, Any], graphs: dict[str, tuple[list[str], list[str]]], cache_type: type):
         self._details = details
+        self.graphs = graphs
+        self.cache_type = cache_type
+        step = graphs.get("denoise") or graphs["decode"]
+        self.cache_names = step[0][2 if "denoise" in graphs else 1 :]
 
     @abstractmethod
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -113,19 +121,27 @@ class GraphPolicy(PreparedPolicy):
     def embed_images(self, obs: Observation) -> Tensor:
         return self.run_graph("vision", {"images": obs.images})["image_tokens"]
 
-    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
+    def prefill(self, obs: Observation, image_tokens: Tensor) -> Any:
         feeds = {
             "image_tokens": image_tokens,
             "language_tokens": obs.language_tokens,
             "language_mask": obs.language_mask,
             "state": obs.state,
         }
-        out = self.run_graph("prefill", feeds)
-        return PrefixCache(keys=out["keys"], values=out["values"], valid=out["valid"], state=obs.state)
+        computed = self.run_graph("prefill", feeds)
+        handed = {name: feeds[name] for name in self.cache_names if name not in computed}
+        return self.cache_type(**computed, **handed)
 
-    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
-        feeds = {"x_t": x_t, "t": t, "keys": cache.keys, "values": cache.values, "valid": cache.valid}
-        return self.run_graph("denoise", {**feeds, "state": cache.state})["velocity"].to(x_t.dtype)
+    def _cache_feeds(self, cache: Any) -> dict[str, Tensor]:
+        return {name: getattr(cache, name) for name in self.cache_names}
+
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: Any) -> Tensor:
+        feeds = {"x_t": x_t, "t": t, **self._cache_feeds(cache)}
+        return self.run_graph("denoise", feeds)["velocity"].to(x_t.dtype)
+
+    def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
+        out = self.run_graph("decode", {"token": token, **self._cache_feeds(cache)})
+        return out["logits"], out["new_keys"], out["new_values"]
 
     def details(self) -> dict[str, Any]:
         return self._details

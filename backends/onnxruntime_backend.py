@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, NodeEvent, PreparedPolicy
-from vlabench.backends.onnx_export import GRAPHS, export_onnx
+from vlabench.backends.onnx_export import export_onnx, load_cache_class
 from vlabench.errors import InputError, UnavailableError
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
@@ -41,8 +41,8 @@ def _ort():
 
 
 class OrtPolicy(GraphPolicy):
-    def __init__(self, sessions: dict[str, Any], device: torch.device, details: dict[str, Any]) -> None:
-        super().__init__(details)
+    def __init__(self, sessions: dict[str, Any], device: torch.device, details: dict[str, Any], graphs, cache_type):
+        super().__init__(details, graphs, cache_type)
         self.sessions = sessions
         self.device = device
         self.inputs = {name: {i.name for i in session.get_inputs()} for name, session in sessions.items()}
@@ -51,7 +51,7 @@ class OrtPolicy(GraphPolicy):
         """Host arrays in and out; outputs return to the device the inputs came from."""
         present = {name: value.detach().cpu().numpy() for name, value in feeds.items() if name in self.inputs[graph]}
         device = next(iter(feeds.values())).device
-        names = GRAPHS[graph][1]
+        names = self.graphs[graph][1]
         outputs = self.sessions[graph].run(names, present)
         return {name: torch.from_numpy(np.asarray(out)).to(device) for name, out in zip(names, outputs, strict=True)}
 
@@ -128,10 +128,10 @@ class OnnxRuntimeBackend(Backend):
         providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
         profile_dir = Path(tempfile.mkdtemp(prefix="vlabench-ort-profile-")) if self.profile_nodes else None
         sessions = {}
-        for graph in ("vision", "prefill", "denoise"):
+        for graph in exported.graphs:
             options = self._session_options(ort, profile_dir, graph)
             sessions[graph] = ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
-        in_use = sessions["denoise"].get_providers()
+        in_use = sessions["prefill"].get_providers()
         if provider not in in_use:
             raise UnavailableError(
                 f"onnxruntime could not load {provider} (sessions fell back to {', '.join(in_use)}); check its "
@@ -148,7 +148,7 @@ class OnnxRuntimeBackend(Backend):
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
         }
-        return OrtPolicy(sessions, device, details)
+        return OrtPolicy(sessions, device, details, exported.graphs, load_cache_class(exported.cache_class))
 
     @staticmethod
     def _session_options(ort: Any, profile_dir: Path | None, graph: str) -> Any:

@@ -11,12 +11,11 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, GraphPolicy, NodeEvent, PreparedPolicy
-from vlabench.backends.onnx_export import GRAPHS, cache_root, export_onnx
+from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
-GRAPH_NAMES = ("vision", "prefill", "denoise")
 ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}  # run precision -> OpenVINO inference precision
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
 
@@ -42,9 +41,15 @@ def _numpy(value: Tensor) -> np.ndarray:
 
 class OpenVinoPolicy(GraphPolicy):
     def __init__(
-        self, compiled: dict[str, Any], dtype: torch.dtype, details: dict[str, Any], profile_nodes: bool = False
+        self,
+        compiled: dict[str, Any],
+        dtype: torch.dtype,
+        details: dict[str, Any],
+        graphs: dict[str, tuple[list[str], list[str]]],
+        cache_type: type,
+        profile_nodes: bool = False,
     ) -> None:
-        super().__init__(details)
+        super().__init__(details, graphs, cache_type)
         self.profile_nodes = profile_nodes
         self._nodes: list[NodeEvent] = []
         self.requests = {graph: model.create_infer_request() for graph, model in compiled.items()}
@@ -63,7 +68,7 @@ class OpenVinoPolicy(GraphPolicy):
             self._record_nodes(graph, started)
         outputs = [torch.from_numpy(array) for array in results.to_tuple()]
         cast = [out.to(self.dtype) if out.is_floating_point() else out for out in outputs]
-        return dict(zip(GRAPHS[graph][1], cast, strict=True))
+        return dict(zip(self.graphs[graph][1], cast, strict=True))
 
     def synchronize(self) -> None:
         """``InferRequest.infer`` is synchronous, so every call has already finished."""
@@ -164,7 +169,7 @@ class OpenVinoBackend(Backend):
             config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
         compiled = {
             graph: self.core.compile_model(self.core.read_model(str(exported.graph(graph))), self.target, config)
-            for graph in GRAPH_NAMES
+            for graph in exported.graphs
         }
         requested = ELEMENT_TYPES[precision]
         effective = sorted({name for model in compiled.values() if (name := self._precision(model))})
@@ -172,7 +177,7 @@ class OpenVinoBackend(Backend):
             raise UnavailableError(
                 f"OpenVINO device '{self.target}' was asked for {requested} but runs {', '.join(effective)}"
             )
-        denoise = compiled["denoise"]
+        denoise = compiled["prefill"]
         hint = self._property(denoise, "PERFORMANCE_HINT")  # a str, or a PerformanceMode from AUTO
         details = {
             "openvino": ov.__version__,
@@ -187,7 +192,8 @@ class OpenVinoBackend(Backend):
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
         }
-        return OpenVinoPolicy(compiled, PRECISIONS[precision], details, self.profile_nodes)
+        cache_type = load_cache_class(exported.cache_class)
+        return OpenVinoPolicy(compiled, PRECISIONS[precision], details, exported.graphs, cache_type, self.profile_nodes)
 
     @staticmethod
     def _property(model: Any, key: str) -> Any:

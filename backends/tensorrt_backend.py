@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import Backend, GraphPolicy, PreparedPolicy
-from vlabench.backends.onnx_export import GRAPHS, cache_root, export_onnx
+from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
@@ -116,8 +116,16 @@ class EngineRunner:
 
 
 class TensorRtPolicy(GraphPolicy):
-    def __init__(self, runtime: Any, engines: dict[str, EngineRunner], device: torch.device, details: dict[str, Any]):
-        super().__init__(details)
+    def __init__(
+        self,
+        runtime: Any,
+        engines: dict[str, EngineRunner],
+        device: torch.device,
+        details: dict[str, Any],
+        graphs: dict[str, tuple[list[str], list[str]]],
+        cache_type: type,
+    ):
+        super().__init__(details, graphs, cache_type)
         self.runtime = runtime  # outlives the engines it deserialized
         self.engines = engines
         self.device = device
@@ -164,7 +172,7 @@ class TensorRtBackend(Backend):
         reused: dict[str, bool] = {}
         build_s: dict[str, float] = {}
         with torch.cuda.device(device):
-            for graph in GRAPHS:
+            for graph in exported.graphs:
                 path = engine_folder / f"{graph}.engine"
                 reused[graph] = path.exists()
                 if not reused[graph]:
@@ -186,7 +194,8 @@ class TensorRtBackend(Backend):
             "engines_reused": reused,
             "build_s": build_s,
         }
-        return TensorRtPolicy(runtime, engines, device, details)
+        cache_type = load_cache_class(exported.cache_class)
+        return TensorRtPolicy(runtime, engines, device, details, exported.graphs, cache_type)
 
 
 def _build_engine(trt: Any, onnx_path: Path, path: Path, precision: str, timing_cache: Path) -> None:

@@ -6,17 +6,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
 from vlabench.kernels.expert_fusion import ExpertKVHoister
-from vlabench.replicas import FlowMatchingVLA, Observation, PrefixCache, build_replica
+from vlabench.replicas import Observation, PrefixCache, build_replica
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
 
 class TorchPolicy(PreparedPolicy):
-    def __init__(self, model: FlowMatchingVLA, device: torch.device, hoister: ExpertKVHoister | None = None) -> None:
+    def __init__(self, model: nn.Module, device: torch.device, hoister: ExpertKVHoister | None = None) -> None:
         self.model = model
         self.device = device
         self.hoister = hoister
@@ -34,6 +34,10 @@ class TorchPolicy(PreparedPolicy):
     @torch.inference_mode()
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
         return self.model.denoise_step(x_t, t, cache)
+
+    @torch.inference_mode()
+    def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
+        return self.model.decode_step(token, cache)
 
     def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
         if self.hoister is None:

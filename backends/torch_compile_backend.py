@@ -6,17 +6,18 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError, unknown_name
-from vlabench.replicas import FlowMatchingVLA, Observation, PrefixCache, build_replica
-from vlabench.sampler import EulerSampler
+from vlabench.replicas import Observation, PrefixCache, build_replica
+from vlabench.sampler import ActionLoop, EulerSampler, make_sampler
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload, initial_noise, synthetic_observation
 
@@ -31,8 +32,13 @@ def _compile(function: Callable, mode: str) -> Callable:
     return torch.compile(function, mode=mode, fullgraph=FULLGRAPH, dynamic=False)
 
 
-def _copy_cache(cache: PrefixCache) -> PrefixCache:
-    return PrefixCache(**{name: getattr(cache, name).clone() for name in CACHE_FIELDS})
+def _copy_cache(cache: Any) -> Any:
+    """A copy of any family's cache with its tensors cloned."""
+    return type(cache)(**{f.name: _clone(getattr(cache, f.name)) for f in fields(cache)})
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, Tensor) else value
 
 
 class FusedDenoiseLoop:
@@ -64,7 +70,7 @@ class FusedDenoiseLoop:
 
 
 class CompiledPolicy(PreparedPolicy):
-    def __init__(self, model: FlowMatchingVLA, device: torch.device, mode: str, sampler: EulerSampler) -> None:
+    def __init__(self, model: nn.Module, device: torch.device, mode: str, sampler: ActionLoop) -> None:
         self.model = model
         self.device = device
         self.mode = mode
@@ -72,6 +78,7 @@ class CompiledPolicy(PreparedPolicy):
         self._embed = _compile(model.embed_images, mode)
         self._prefill = _compile(model.prefill, mode)
         self._denoise = _compile(model.denoise_step, mode)
+        self._decode = _compile(model.decode_step, mode) if hasattr(model, "decode_step") else None
         # Inductor's CUDA graph trees recycle a graph's outputs once the next compiled call starts: copy out the
         # outputs that outlive that call (the denoise velocity is consumed by the sampler before the next step).
         self._copy_outputs = device.type == "cuda" and mode in WITHOUT_CUDAGRAPHS
@@ -93,6 +100,12 @@ class CompiledPolicy(PreparedPolicy):
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
         return self._denoise(x_t, t, cache)
 
+    @torch.inference_mode()
+    def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
+        if self._decode is None:
+            raise NotImplementedError(f"{self.model.spec.name} does not decode tokens")
+        return self._decode(token, cache)
+
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -101,7 +114,11 @@ class CompiledPolicy(PreparedPolicy):
         """Compile every phase by calling it once on example inputs, recording how long each first call took."""
         image_tokens = self._first_call("vision", self.embed_images, obs)
         cache = self._first_call("prefill", self.prefill, obs, image_tokens)
-        self._first_call("denoise", self.denoise_step, noise, self.sampler.times[0], cache)
+        if self._decode is not None and not hasattr(self.sampler, "times"):
+            token = torch.zeros(noise.shape[0], 1, dtype=torch.long, device=noise.device)
+            self._first_call("decode", self.decode_step, token, _copy_cache(cache))
+        else:
+            self._first_call("denoise", self.denoise_step, noise, self.sampler.times[0], cache)
         return cache
 
     def _first_call(self, phase: str, function: Callable, *args: Any) -> Any:
@@ -180,7 +197,9 @@ class TorchCompileBackend(Backend):
     ) -> CompiledPolicy:
         """Build the replica, compile all three phases now and, if asked (CUDA only), capture the fused loop."""
         dtype = PRECISIONS[precision]
-        sampler = EulerSampler(workload.steps, workload.batch, device)
+        if self.fuse_denoise_loop and workload.sampler != "euler":
+            raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
+        sampler = make_sampler(spec, workload, device)
         policy = CompiledPolicy(build_replica(spec, seed, dtype, device), device, self.mode, sampler)
         noise = initial_noise(workload, seed, dtype, device)
         cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)

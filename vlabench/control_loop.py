@@ -23,7 +23,7 @@ from vlabench.errors import InputError
 from vlabench.fusion import PAPER_COLLAPSE_AT, FusionLoop
 from vlabench.provenance import Provenance, collect_provenance
 from vlabench.run import plan_run
-from vlabench.sampler import EulerSampler
+from vlabench.sampler import make_sampler
 from vlabench.stats import Stats, summarize
 from vlabench.workload import Workload, initial_noise, synthetic_observation
 
@@ -76,7 +76,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
         name: FusionLoop(
             policy.prefix_lane(),
             policy,
-            EulerSampler(plan.workload.steps, plan.workload.batch, target, plan.schedule),
+            make_sampler(plan.spec, plan.workload, target, plan.schedule),
             policy.synchronize,
             steps,
             target,

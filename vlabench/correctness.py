@@ -9,7 +9,7 @@ from torch import Tensor
 
 from vlabench.dp_cache import DPCacheSchedule
 from vlabench.replicas import Observation, build_replica
-from vlabench.sampler import EulerSampler
+from vlabench.sampler import make_sampler
 from vlabench.specs import ModelSpec
 from vlabench.workload import Workload
 
@@ -58,7 +58,7 @@ def reference_actions(
     """The fp32 eager action chunk for (obs, noise), with TF32 off, under the run's DP-Cache schedule if any (a
     backend is judged on computing what it was asked); the replica is freed before returning."""
     model = build_replica(spec, seed, torch.float32, device)
-    sampler = EulerSampler(workload.steps, workload.batch, device, schedule)
+    sampler = make_sampler(spec, workload, device, schedule)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:

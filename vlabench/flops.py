@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from vlabench.specs import ModelSpec
+from vlabench.specs import FlowVLASpec, ModelSpec
 from vlabench.workload import Workload
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
@@ -127,9 +127,14 @@ class _Builder:
 
 
 def count_operators(spec: ModelSpec, workload: Workload, precision: str, hoisted: bool = False) -> list[Operator]:
-    """Every operator of the vision, prefill and one denoising step, in execution order. ``hoisted``: the
+    """Every operator of the vision, prefill and one action step, in execution order (traced on the meta device
+    for families other than the flow-matching VLAs, see ``flops_traced``). ``hoisted``: the
     expert's projections of the prefix K/V (SmolVLA's cross layers) run once at the end of the prefill
     (``--fuse-expert-kv``) instead of in every step."""
+    if not isinstance(spec, FlowVLASpec):
+        from vlabench.flops_traced import trace_operators
+
+        return trace_operators(spec, workload, precision)
     element = BYTES_PER_ELEMENT[precision]
     denoise = _denoise(spec, workload, element)
     moved = [op.model_copy(update={"phase": "prefill"}) for op in denoise if hoisted and op.name in HOISTABLE]

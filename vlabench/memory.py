@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from vlabench.errors import InsufficientMemoryError
 from vlabench.replicas import count_parameters
-from vlabench.specs import ModelSpec
+from vlabench.specs import FlowVLASpec, ModelSpec
 from vlabench.workload import Workload
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -29,19 +29,26 @@ class Footprint(BaseModel):
 
 
 def estimate_footprint(spec: ModelSpec, workload: Workload, precision: str) -> Footprint:
-    """Weights + prefix K/V cache + the largest transient activations (vision tower attention and MLP)."""
+    """Weights + prefix K/V cache + the largest transient activations (vision tower attention and MLP); for the
+    families without an analytic model, the cache and activations are twice the largest traced operator's."""
     size = BYTES_PER_ELEMENT[precision]
     params = count_parameters(spec)
-    llm, vision = spec.llm, spec.vision
-    kv_cache = 2 * llm.layers * workload.batch * llm.kv_heads * workload.prefix_tokens * llm.head_dim * size
-    images = workload.batch * workload.cameras
-    patches = vision.patches_per_camera
-    vision_peak = images * (patches * vision.intermediate + vision.heads * patches * patches) * size
-    prefill_peak = (
-        workload.batch * (workload.prefix_tokens * llm.intermediate * 2 + llm.heads * workload.prefix_tokens**2) * size
-    )
-    activations = 2 * max(vision_peak, prefill_peak)
     weights = params * size
+    if not isinstance(spec, FlowVLASpec):
+        from vlabench.flops_traced import trace_operators
+
+        ops = trace_operators(spec, workload, precision)
+        kv_cache = int(max(op.kv_read_bytes for op in ops))
+        activations = int(2 * max(op.activation_bytes for op in ops))
+    else:
+        llm, vision = spec.llm, spec.vision
+        kv_cache = 2 * llm.layers * workload.batch * llm.kv_heads * workload.prefix_tokens * llm.head_dim * size
+        images = workload.batch * workload.cameras
+        patches = vision.patches_per_camera
+        vision_peak = images * (patches * vision.intermediate + vision.heads * patches * patches) * size
+        tokens = workload.prefix_tokens
+        prefill_peak = workload.batch * (tokens * llm.intermediate * 2 + llm.heads * tokens**2) * size
+        activations = 2 * max(vision_peak, prefill_peak)
     return Footprint(
         params=params,
         weights_bytes=weights,

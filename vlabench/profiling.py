@@ -33,7 +33,7 @@ from vlabench.provenance import Provenance, collect_provenance
 from vlabench.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.run import RunPlan, backend_options, plan_run, seeded_inputs
 from vlabench.runner import Contender, SpanRecorder, phased_inference, warm_up
-from vlabench.sampler import EulerSampler
+from vlabench.sampler import ActionLoop, make_sampler
 from vlabench.samplers import Sampler, Series, samplers_for
 from vlabench.tracing import ChromeTrace
 from vlabench.workload import Workload
@@ -121,7 +121,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         passes.append(_pass("ceilings", "measured ceilings", 0, begin, ["kernels.ceilings"]))
 
     policy = plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, config.seed)
-    sampler = EulerSampler(plan.workload.steps, plan.workload.batch, target)
+    sampler = make_sampler(plan.spec, plan.workload, target)
     inputs = seeded_inputs(plan, plan.precision)
     warm_up(Contender(policy, sampler, inputs), config.warmup)
     samplers = samplers_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
@@ -187,7 +187,7 @@ def _pass(name: str, produced: str, iterations: int, begin_ns: int, instruments:
 
 
 def _traced(
-    policy, sampler: EulerSampler, inputs: Sequence[tuple], settings: ProfileSettings, samplers: list[Sampler]
+    policy, sampler: ActionLoop, inputs: Sequence[tuple], settings: ProfileSettings, samplers: list[Sampler]
 ) -> tuple[SpanRecorder, list[Series]]:
     """At least ``iterations`` inferences lasting at least ``min_duration_s``, with the samplers running."""
     recorder = SpanRecorder(policy.synchronize)
@@ -224,7 +224,7 @@ def _operators_pass(
     backend = get_backend(plan.backend.name, replace(options, profile_nodes=nodes))
     target = plan.device.torch_device
     policy = backend.prepare(plan.spec, plan.workload, target, plan.precision, plan.config.seed)
-    sampler = EulerSampler(plan.workload.steps, plan.workload.batch, target)
+    sampler = make_sampler(plan.spec, plan.workload, target)
     warm_up(Contender(policy, sampler, inputs), 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
     begin = perf_counter_ns()

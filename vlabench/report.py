@@ -41,12 +41,13 @@ def model_rows() -> list[dict[str, Any]]:
                 "params": params,
                 "reference_params": reference,
                 "params_delta_pct": round((params - reference) / reference * 100, 2) if reference else None,
-                "image_size": spec.vision.image_size,
-                "tokens_per_camera": spec.vision.tokens_per_camera,
+                "image_size": "×".join(map(str, dict.fromkeys(spec.image_shape))),
+                "tokens_per_camera": spec.tokens_per_camera,
                 "cameras": workload.cameras,
                 "prefix_tokens": workload.prefix_tokens,
-                "llm_layers": f"{spec.llm.layers}/{spec.llm.published_layers}",
-                "expert": f"{spec.expert.layers}×{spec.expert.hidden} {spec.expert.attention}",
+                "backbone": spec.summary[0],
+                "action_head": spec.summary[1],
+                "sampler": workload.sampler,
                 "steps": workload.steps,
                 "chunk": workload.chunk,
             }
@@ -55,7 +56,7 @@ def model_rows() -> list[dict[str, Any]]:
 
 
 def models_table(rows: list[dict[str, Any]]) -> Table:
-    columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "LLM layers", "expert"]
+    columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "backbone", "action head"]
     columns += ["steps", "chunk"]
     table = _table("Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"})
     for row in rows:
@@ -69,8 +70,8 @@ def models_table(rows: list[dict[str, Any]]) -> Table:
             str(row["tokens_per_camera"]),
             str(row["cameras"]),
             str(row["prefix_tokens"]),
-            row["llm_layers"],
-            row["expert"],
+            row["backbone"],
+            row["action_head"],
             str(row["steps"]),
             str(row["chunk"]),
         )
@@ -161,7 +162,7 @@ def plan_summary(plans) -> Text:
         f"device     {plan.device.profile.name} ({plan.device.profile.display_name}) on {plan.device.torch_device}"
         f" — {plan.device.note}",
         f"backend    {backends}" + (", interleaved in one process" if len(plans) > 1 else ""),
-        f"workload   {w.cameras} camera(s) × {plan.spec.vision.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
+        f"workload   {w.cameras} camera(s) × {plan.spec.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
         f"tokens, {w.steps} denoising steps, chunk {w.chunk}, {w.actions_per_chunk} actions executed per chunk",
         f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
         f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",

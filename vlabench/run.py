@@ -47,8 +47,8 @@ from vlabench.runner import (
     plain_inference,
     step_span_name,
 )
-from vlabench.sampler import EulerSampler
-from vlabench.specs import ModelSpec, load_model_spec
+from vlabench.sampler import make_sampler
+from vlabench.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, ModelSpec, OpenVLASpec, load_model_spec
 from vlabench.stats import NOISY_COV, Stats, summarize
 from vlabench.system_state import SystemState, sample_system_state
 from vlabench.workload import Workload, initial_noise, synthetic_observation
@@ -88,7 +88,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     spec = load_model_spec(config.model)
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
-    check_optimizations(config, config.backend, schedule)
+    check_workload(spec, workload)
+    check_optimizations(config, config.backend, schedule, spec)
     backend = get_backend(config.backend, backend_options(config))
     device = resolve_device(config.device)
     precision = parse_precision(config.precision or default_precision(backend, device.torch_device))
@@ -111,9 +112,29 @@ def plan_run(config: RunConfig) -> RunPlan:
     return RunPlan(config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule)
 
 
-def check_optimizations(config: RunConfig, backend: str, schedule: DPCacheSchedule | None) -> None:
+def check_workload(spec: ModelSpec, workload: Workload) -> None:
+    """Knobs a family's action head fixes: one call for single-pass heads, one token per action value for OpenVLA."""
+    if isinstance(spec, ActSpec | DiffusionPolicySpec) and workload.chunk != spec.action.chunk:
+        raise InputError(f"{spec.name}'s head is built for a {spec.action.chunk}-action chunk: --chunk cannot change")
+    if isinstance(spec, DiffusionPolicySpec) and workload.cameras != spec.cameras:
+        raise InputError(
+            f"{spec.name}'s U-Net condition is built for {spec.cameras} camera(s): --cameras cannot change"
+        )
+    if workload.sampler == "single_pass" and workload.steps != 1:
+        raise InputError(f"{spec.name} predicts its chunk in one pass: --steps must be 1")
+    if isinstance(spec, OpenVLASpec) and not spec.parallel:
+        tokens = workload.chunk * workload.action_dim
+        if workload.steps + 1 != tokens:
+            raise InputError(f"{spec.name} decodes {tokens} action tokens: --steps (decode calls) must be {tokens - 1}")
+
+
+def check_optimizations(config: RunConfig, backend: str, schedule: DPCacheSchedule | None, spec: ModelSpec) -> None:
     if config.fuse_expert_kv and backend != "torch":
         raise InputError(f"--fuse-expert-kv applies to the torch backend, not '{backend}'")
+    if config.fuse_expert_kv and not isinstance(spec, FlowVLASpec):
+        raise InputError(f"--fuse-expert-kv applies to the flow-matching VLAs (smolvla, pi0, pi05), not {spec.name}")
+    if schedule is not None and spec.sampler not in ("euler", "ddpm", "ddim"):
+        raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.sampler}")
     if schedule is not None and config.fuse_denoise_loop:
         raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
 
@@ -195,7 +216,7 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     contenders = [
         Contender(
             plan.backend.prepare(spec, workload, target, plan.precision, config.seed),
-            EulerSampler(workload.steps, workload.batch, target, plan.schedule),
+            make_sampler(plan.spec, workload, target, plan.schedule),
             seeded_inputs(plan, plan.precision),
         )
         for plan in plans
@@ -332,7 +353,7 @@ def assemble_result(
             family=spec.family,
             spec_hash=spec.spec_hash,
             params=plan.footprint.params,
-            tokens_per_camera=spec.vision.tokens_per_camera,
+            tokens_per_camera=spec.tokens_per_camera,
         ),
         device=DeviceInfo(
             requested=plan.device.requested,

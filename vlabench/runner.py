@@ -14,7 +14,7 @@ from torch import Tensor
 from vlabench.backends import PreparedPolicy
 from vlabench.energy.base import EnergyMeter, EnergyReading
 from vlabench.replicas import Observation
-from vlabench.sampler import EulerSampler
+from vlabench.sampler import ActionLoop
 
 Progress = Callable[[int, int], None]
 SETTLE_S = 1.0
@@ -61,7 +61,7 @@ def step_span_name(index: int) -> str:
 
 
 def phased_inference(
-    policy: PreparedPolicy, sampler: EulerSampler, obs: Observation, noise: Tensor, recorder: SpanRecorder
+    policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor, recorder: SpanRecorder
 ) -> Tensor:
     """One inference with a synchronized span around every phase and every denoising step."""
     with recorder.span("e2e"):
@@ -77,7 +77,7 @@ def phased_inference(
             return sampler.sample(policy, cache, noise, lambda i: recorder.span(step_span_name(i)))
 
 
-def plain_inference(policy: PreparedPolicy, sampler: EulerSampler, obs: Observation, noise: Tensor) -> Tensor:
+def plain_inference(policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor) -> Tensor:
     """One inference with no synchronization inside; the caller synchronizes once at the end."""
     fused = policy.fused_loop()
     cache = policy.prefix(obs)
@@ -89,13 +89,13 @@ class Contender:
     """One prepared policy with its sampler and its inputs (already on its target, in its dtype)."""
 
     policy: PreparedPolicy
-    sampler: EulerSampler
+    sampler: ActionLoop
     inputs: Sequence[tuple[Observation, Tensor]]
 
 
 def measure(
     policy: PreparedPolicy,
-    sampler: EulerSampler,
+    sampler: ActionLoop,
     inputs: Sequence[tuple[Observation, Tensor]],
     settings: RunnerSettings,
     progress: Progress | None = None,
@@ -176,7 +176,7 @@ class EnergyWindows:
 
 def measure_energy(
     policy: PreparedPolicy,
-    sampler: EulerSampler,
+    sampler: ActionLoop,
     inputs: Sequence[tuple[Observation, Tensor]],
     meter: EnergyMeter,
     window_s: float,

@@ -1,4 +1,5 @@
-"""The one denoising loop. Every backend exposes ``denoise_step``; only the Sampler decides which steps run."""
+"""The action loops. Every backend exposes ``denoise_step`` (and ``decode_step`` for token decoders); only the
+sampler decides which steps run. ``make_sampler`` picks the loop a model's spec declares."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from torch import Tensor
 
 from vlabench.dp_cache import DPCacheSchedule
 from vlabench.replicas import PrefixCache
+from vlabench.specs import ModelSpec
+from vlabench.workload import Workload
 
 
 class DenoisingPolicy(Protocol):
@@ -18,6 +21,19 @@ class DenoisingPolicy(Protocol):
 
 
 StepSpan = Callable[[int], AbstractContextManager]
+
+
+class ActionLoop(Protocol):
+    """What the runner needs from an action loop (Euler, DDPM/DDIM, single pass, greedy decoding)."""
+
+    steps: int
+    computed: frozenset[int]
+
+    def sample(self, policy, cache, noise: Tensor, step_span: StepSpan | None = None) -> Tensor: ...
+
+    def sample_partial(
+        self, policy, cache, x_t: Tensor, step_span=None, steps: range | None = None, velocity=None
+    ) -> tuple[Tensor, Tensor | None]: ...
 
 
 class EulerSampler:
@@ -63,3 +79,43 @@ class EulerSampler:
                     velocity = policy.denoise_step(x_t, self.times[index], cache)
             x_t = x_t + self.dt * velocity
         return x_t, velocity
+
+
+class SinglePass:
+    """Heads that predict the whole chunk in one call (ACT, OpenVLA-OFT): one span, ``denoise_step`` once."""
+
+    def __init__(self, batch: int, device: torch.device) -> None:
+        self.steps = 1
+        self.computed = frozenset({0})
+        self.schedule = None
+        self.times = [torch.zeros(batch, device=device)]
+
+    def sample(self, policy, cache, noise: Tensor, step_span=None, steps: range | None = None, velocity=None) -> Tensor:
+        return self.sample_partial(policy, cache, noise, step_span, steps, velocity)[0]
+
+    def sample_partial(
+        self, policy, cache, x_t: Tensor, step_span=None, steps: range | None = None, velocity=None
+    ) -> tuple[Tensor, None]:
+        with step_span(0) if step_span else nullcontext():
+            actions = policy.denoise_step(x_t, self.times[0], cache)
+        return actions.to(x_t.dtype), None
+
+
+def make_sampler(
+    spec: ModelSpec, workload: Workload, device: torch.device, schedule: DPCacheSchedule | None = None
+) -> ActionLoop:
+    """The action loop ``spec`` declares, at the workload's step count and chunk shape."""
+    if workload.sampler == "euler":
+        return EulerSampler(workload.steps, workload.batch, device, schedule)
+    if workload.sampler in ("ddpm", "ddim"):
+        from vlabench.diffusion_sampler import DiffusionSampler
+
+        shape = (workload.batch, workload.chunk, workload.action_dim)
+        return DiffusionSampler(spec.action, workload.steps, shape, device, schedule)
+    if schedule is not None:
+        raise ValueError(f"DP-Cache needs a denoising loop; {spec.name} runs {workload.sampler}")
+    if workload.sampler == "single_pass":
+        return SinglePass(workload.batch, device)
+    from vlabench.token_decoding import GreedyDecoder
+
+    return GreedyDecoder(spec, workload.steps)

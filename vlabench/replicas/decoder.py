@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
-from vlabench.replicas.layers import (
-    GatedMLP,
-    RMSNorm,
-    SelfAttentionProjections,
-    apply_rope,
-    attention,
-    merge_heads,
-    split_heads,
-)
+from vlabench.replicas.layers import GatedMLP, RMSNorm, SelfAttentionProjections, attention, merge_heads
 from vlabench.specs import DecoderSpec, LanguageModelSpec
 
 
 def mlp_activation(spec: DecoderSpec) -> str:
-    return "silu" if spec.style == "llama" else "gelu_tanh"
+    return "gelu_tanh" if spec.style == "gemma" else "silu"
 
 
 class DecoderLayer(nn.Module):
@@ -26,19 +19,24 @@ class DecoderLayer(nn.Module):
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
         gemma = spec.style == "gemma"
+        qk_norm = spec.rms_eps if spec.style == "qwen3" else None
         self.input_layernorm = RMSNorm(spec.hidden, spec.rms_eps, gemma_offset=gemma)
-        self.self_attn = SelfAttentionProjections(spec.hidden, spec.heads, spec.kv_heads, spec.head_dim)
+        self.self_attn = SelfAttentionProjections(
+            spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, qk_norm_eps=qk_norm
+        )
         self.post_attention_layernorm = RMSNorm(spec.hidden, spec.rms_eps, gemma_offset=gemma)
         self.mlp = GatedMLP(spec.hidden, spec.intermediate, mlp_activation(spec))
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Returns the new hidden state and this layer's post-RoPE keys and values (B, kv_heads, S, head_dim)."""
+    def forward(
+        self, h: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, past: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Returns the new hidden state and this layer's post-RoPE keys and values (B, kv_heads, S, head_dim) of
+        ``h``; with ``past`` (cached keys, values) the queries attend to [past ; own] and ``bias`` covers both."""
         attn = self.self_attn
         x = self.input_layernorm(h)
-        q = apply_rope(split_heads(attn.q_proj(x), attn.heads), cos, sin)
-        k = apply_rope(split_heads(attn.k_proj(x), attn.kv_heads), cos, sin)
-        v = split_heads(attn.v_proj(x), attn.kv_heads)
-        h = h + attn.o_proj(merge_heads(attention(q, k, v, bias)))
+        q, k, v = attn.queries_keys_values(x, cos, sin)
+        all_k, all_v = (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)) if past else (k, v)
+        h = h + attn.o_proj(merge_heads(attention(q, all_k, all_v, bias)))
         return h + self.mlp(self.post_attention_layernorm(h)), k, v
 
 
@@ -52,11 +50,20 @@ class TextDecoder(nn.Module):
         self.norm = RMSNorm(spec.hidden, spec.rms_eps, gemma_offset=spec.style == "gemma")
         self.lm_head = None if spec.tie_embeddings else nn.Linear(spec.hidden, spec.vocab, bias=False)
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, bias: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Embedded prefix -> (final-norm hidden, per-layer keys, per-layer values)."""
+    def forward(
+        self,
+        h: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        bias: Tensor,
+        past: tuple[Tensor, Tensor] | None = None,
+        final_norm: bool = True,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Embedded tokens -> (hidden, per-layer keys, per-layer values) of those tokens. ``past``: stacked cached
+        (layers, B, kv_heads, T, head_dim) keys and values to attend to (a decode step)."""
         keys, values = [], []
-        for layer in self.layers:
-            h, k, v = layer(h, cos, sin, bias)
+        for index, layer in enumerate(self.layers):
+            h, k, v = layer(h, cos, sin, bias, (past[0][index], past[1][index]) if past else None)
             keys.append(k)
             values.append(v)
-        return self.norm(h), keys, values
+        return (self.norm(h) if final_norm else h), keys, values

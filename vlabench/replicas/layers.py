@@ -97,13 +97,33 @@ def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period
 class SelfAttentionProjections(nn.Module):
     """q/k/v/o projections of a decoder attention block (HF parameter names)."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, kv_in: int | None = None) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        kv_in: int | None = None,
+        qk_norm_eps: float | None = None,
+    ) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
         self.k_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        if qk_norm_eps is not None:  # Qwen3: RMSNorm over each head's queries and keys, before RoPE
+            self.q_norm = RMSNorm(head_dim, qk_norm_eps)
+            self.k_norm = RMSNorm(head_dim, qk_norm_eps)
+        self.qk_norm = qk_norm_eps is not None
+
+    def queries_keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Post-RoPE queries and keys and the values of ``x``, split into heads."""
+        q = split_heads(self.q_proj(x), self.heads)
+        k = split_heads(self.k_proj(x), self.kv_heads)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), split_heads(self.v_proj(x), self.kv_heads)
 
 
 class GatedMLP(nn.Module):

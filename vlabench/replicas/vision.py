@@ -120,7 +120,23 @@ class LinearProjector(nn.Module):
         return self.linear(features)
 
 
+class EagleConnector(nn.Module):
+    """Eagle 2.5 (GR00T N1.5) ``mlp1``: pixel shuffle, then LayerNorm → Linear → GELU → Linear to the LLM width."""
+
+    def __init__(self, spec: VisionSpec, llm_hidden: int) -> None:
+        super().__init__()
+        self.factor = spec.pixel_shuffle_factor
+        width = spec.hidden * self.factor**2
+        self.mlp1 = nn.Sequential(
+            nn.LayerNorm(width), nn.Linear(width, llm_hidden), nn.GELU(), nn.Linear(llm_hidden, llm_hidden)
+        )
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.mlp1(pixel_shuffle(features, self.factor))
+
+
+CONNECTORS = {"pixel_shuffle": PixelShuffleConnector, "linear": LinearProjector, "pixel_shuffle_mlp": EagleConnector}
+
+
 def build_connector(spec: VisionSpec, llm_hidden: int) -> nn.Module:
-    if spec.connector == "pixel_shuffle":
-        return PixelShuffleConnector(spec, llm_hidden)
-    return LinearProjector(spec, llm_hidden)
+    return CONNECTORS[spec.connector](spec, llm_hidden)

@@ -1,0 +1,115 @@
+"""What every model spec shares: identity, provenance, observation geometry and the action loop it runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ActionSpec(_Strict):
+    """What every action head produces: a chunk of ``chunk`` actions of ``action_dim``, in ``steps`` head calls."""
+
+    chunk: int = Field(gt=0)
+    actions_per_chunk: int = Field(gt=0, description="actions executed per predicted chunk (n_action_steps)")
+    steps: int = Field(gt=0, description="action-head calls per chunk: denoising steps, decode steps or 1")
+    action_dim: int = Field(gt=0)
+    state_dim: int = Field(ge=0, description="0: the policy reads no proprioceptive state")
+
+
+class DiffusionActionSpec(ActionSpec):
+    """A DDPM-trained noise predictor sampled with DDPM (all ``train_timesteps``) or DDIM (``steps`` of them)."""
+
+    scheduler: Literal["ddpm", "ddim"] = "ddpm"
+    train_timesteps: int = Field(default=100, gt=0)
+    beta_schedule: Literal["squaredcos_cap_v2", "linear"] = "squaredcos_cap_v2"
+    beta_start: float = 1e-4
+    beta_end: float = 0.02
+    clip_sample: bool = True
+    clip_sample_range: float = 1.0
+
+    @model_validator(mode="after")
+    def _check_steps(self) -> DiffusionActionSpec:
+        if self.steps > self.train_timesteps or (self.scheduler == "ddpm" and self.steps != self.train_timesteps):
+            raise ValueError("DDPM runs every training timestep; DDIM runs at most that many")
+        return self
+
+
+class ParamReference(_Strict):
+    params: int = Field(gt=0, description="published total parameter count")
+    source: str
+    tolerance: float = Field(
+        default=0.02,
+        gt=0,
+        lt=1,
+        description="relative; wider where the published figure is a size class or an estimate",
+    )
+    breakdown: dict[str, int] = Field(default_factory=dict)
+
+
+Sampler = Literal["euler", "ddpm", "ddim", "single_pass", "greedy_decode"]
+
+
+class SpecBase(_Strict):
+    """What every model family shares: identity, provenance, the observation it reads and the chunk it returns."""
+
+    name: str
+    display_name: str
+    description: str
+    architecture_sources: list[str]
+    reference: ParamReference | None = Field(description="published parameter count; None for -tiny variants")
+    variant_of: str | None = Field(default=None, description="full-size model a -tiny variant mirrors")
+    cameras: int = Field(gt=0, description="default camera count")
+    language_tokens: int = Field(ge=0, description="instruction length after padding (0: no language input)")
+
+    @model_validator(mode="after")
+    def _check_reference(self) -> SpecBase:
+        if (self.reference is None) == (self.variant_of is None):
+            raise ValueError("give `reference` for a full-size model or `variant_of` for a -tiny variant")
+        return self
+
+    @property
+    def spec_hash(self) -> str:
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    # Observation geometry and the action loop; each family defines these from its own fields.
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @property
+    def tokens_per_camera(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def frames(self) -> int:
+        """Observation history: images and states per camera the policy reads at once."""
+        return 1
+
+    @property
+    def token_vocab(self) -> int:
+        """Range of the synthetic instruction token ids (1 when the model reads no language)."""
+        return 1
+
+    @property
+    def sampler(self) -> Sampler:
+        raise NotImplementedError
+
+    def prefix_tokens(self, cameras: int) -> int:
+        raise NotImplementedError
+
+    def suffix_tokens(self, chunk: int) -> int:
+        """Tokens the action head processes per call."""
+        raise NotImplementedError
+
+    @property
+    def summary(self) -> tuple[str, str]:
+        """(backbone, action head) in a few words, for ``vlabench models``."""
+        raise NotImplementedError
