@@ -14,11 +14,12 @@ from vlabench.flops import PHASES, count_operators, total
 from vlabench.kernels.ceilings import MeasuredCeiling
 from vlabench.replicas import FlowMatchingVLA, Observation
 from vlabench.roofline import Ceiling, analyze, ceilings_for, efficiency_from, project
-from vlabench.specs import load_model_spec, model_names
+from vlabench.specs import FlowVLASpec, load_model_spec, model_names
 from vlabench.workload import Workload, synthetic_observation
 
 META = torch.device("meta")
 QUICK_RUN = ("run", "--model", "smolvla-tiny", "--min-iterations", "3", "--min-duration", "0", "--energy-meter", "none")
+FLOW_MODELS = [name for name in model_names() if isinstance(load_model_spec(name), FlowVLASpec)]  # analytic
 TINY_ON_THOR = ("roofline", "--model", "smolvla-tiny", "--device", "jetson-thor")
 
 
@@ -45,7 +46,7 @@ def counted_flops(name: str, workload: Workload) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", FLOW_MODELS)
 def test_analytic_flops_agree_with_flop_counter_on_every_model(name):
     spec = load_model_spec(name)
     for workload in (Workload.from_spec(spec), Workload.from_spec(spec, cameras=2, steps=4, chunk=16)):
@@ -56,7 +57,7 @@ def test_analytic_flops_agree_with_flop_counter_on_every_model(name):
             assert analytic == pytest.approx(counted[phase], rel=0.02), (name, phase, workload.cameras)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", FLOW_MODELS)
 def test_weight_bytes_cover_every_parameter_the_inference_reads(name):
     """All parameters, except the embedding table (only the instruction's rows are gathered) and an unused lm_head."""
     spec = load_model_spec(name)

@@ -44,4 +44,7 @@ class RunConfig(BaseModel):
     usd_per_kwh: float = Field(default=0.15, ge=0)
     measure_ceilings: bool = Field(default=False, description="measure GEMM peak and bandwidth before timing")
     dp_cache: str | None = Field(default=None, description="DP-Cache schedule: a step set, segment:A-B/S, or a file")
+    checkpoint: Path | None = Field(
+        default=None, description="lerobot model.safetensors (or its folder) to load instead of seeded weights"
+    )
     fuse_expert_kv: bool = Field(default=False, description="torch: hoist the expert's prefix K/V work out of the loop")

@@ -31,6 +31,7 @@ class ModelInfo(BaseModel):
     spec_hash: str
     params: int
     tokens_per_camera: int
+    checkpoint: str | None = Field(default=None, description="lerobot weights loaded (path:size:mtime); None: seeded")
 
 
 class DeviceInfo(BaseModel):

@@ -7,12 +7,14 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from vlabench.backends import BACKENDS, PRECISIONS, Backend, BackendOptions, get_backend, parse_precision
 from vlabench.cet import CostAssumptions, CostReport, cost_report
+from vlabench.checkpoints import checkpoint_stamp
 from vlabench.config import RunConfig
 from vlabench.correctness import Correctness, compare, needs_reference, reference_actions
 from vlabench.detection import cpu_has_native_bf16, detect_host
@@ -25,6 +27,7 @@ from vlabench.fidelity import action_error
 from vlabench.kernels.ceilings import measure_ceilings
 from vlabench.memory import Footprint, check_fits, estimate_footprint, peak_rss_bytes
 from vlabench.provenance import collect_provenance
+from vlabench.replicas import replica_class
 from vlabench.results import (
     ControlVerdict,
     DeviceInfo,
@@ -86,6 +89,8 @@ def backend_options(config: RunConfig) -> BackendOptions:
 def plan_run(config: RunConfig) -> RunPlan:
     """Resolve every name and check the run can happen here; raises before anything large is allocated."""
     spec = load_model_spec(config.model)
+    if config.checkpoint is not None:
+        spec = with_checkpoint(spec, config.checkpoint)
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
     check_workload(spec, workload)
@@ -110,6 +115,13 @@ def plan_run(config: RunConfig) -> RunPlan:
     )
     caveats = plan_caveats(device, precision)
     return RunPlan(config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule)
+
+
+def with_checkpoint(spec: ModelSpec, path: Path) -> ModelSpec:
+    """``spec`` loading the lerobot weights at ``path``; the file must exist and the family must have a mapping."""
+    if not hasattr(replica_class(spec), "LEROBOT_RENAMES"):
+        raise InputError(f"--checkpoint loads lerobot weights; {spec.name} has no lerobot layout")
+    return spec.model_copy(update={"checkpoint": checkpoint_stamp(path)})
 
 
 def check_workload(spec: ModelSpec, workload: Workload) -> None:
@@ -354,6 +366,7 @@ def assemble_result(
             spec_hash=spec.spec_hash,
             params=plan.footprint.params,
             tokens_per_camera=spec.tokens_per_camera,
+            checkpoint=spec.checkpoint,
         ),
         device=DeviceInfo(
             requested=plan.device.requested,

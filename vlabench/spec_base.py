@@ -67,6 +67,9 @@ class SpecBase(_Strict):
     variant_of: str | None = Field(default=None, description="full-size model a -tiny variant mirrors")
     cameras: int = Field(gt=0, description="default camera count")
     language_tokens: int = Field(ge=0, description="instruction length after padding (0: no language input)")
+    checkpoint: str | None = Field(
+        default=None, description="set by --checkpoint: path:size:mtime of the lerobot weights the replica loads"
+    )
 
     @model_validator(mode="after")
     def _check_reference(self) -> SpecBase:

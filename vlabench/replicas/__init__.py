@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -49,7 +50,8 @@ def count_parameters(spec: ModelSpec) -> int:
 
 
 def build_replica(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> nn.Module:
-    """Allocate the replica directly in ``dtype`` on ``device`` and fill it with seeded weights.
+    """Allocate the replica directly in ``dtype`` on ``device`` and fill it with seeded weights, or with the
+    spec's ``--checkpoint`` weights when it names one.
 
     Weights are drawn in fp32 on the CPU in a fixed parameter order, so every precision and device gets the
     same values (rounded), which the correctness gate relies on.
@@ -58,6 +60,10 @@ def build_replica(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.
         model = replica_class(spec)(spec)
     model = model.to_empty(device=device).to(dtype)
     initialize_weights(model, seed)
+    if spec.checkpoint is not None:
+        from vlabench.checkpoints import load_checkpoint
+
+        load_checkpoint(model, Path(spec.checkpoint.rsplit(":", 2)[0]))
     return model.eval().requires_grad_(False)
 
 

@@ -163,6 +163,34 @@ def _is_cross_layer(expert: ExpertSpec, index: int) -> bool:
 class FlowMatchingVLA(nn.Module):
     """SmolVLA / π0 / π0.5 replica: SigLIP + connector + LLM prefix, flow-matching action expert."""
 
+    # lerobot checkpoint keys: smolvla (SmolVLMWithExpertModel) and pi0/pi05 (PaliGemmaWithExpertModel, in both
+    # the transformers ≥ 4.52 layout ``paligemma.model.*`` and the older ``paligemma.*`` one).
+    LEROBOT_RENAMES = (
+        ("model.vlm_with_expert.vlm.model.vision_model.", "vision_tower."),
+        ("model.vlm_with_expert.vlm.model.connector.", "connector."),
+        ("model.vlm_with_expert.vlm.model.text_model.", "language_model."),
+        ("model.vlm_with_expert.vlm.lm_head.", "language_model.lm_head."),
+        ("model.vlm_with_expert.lm_expert.", "expert."),
+        ("model.paligemma_with_expert.paligemma.model.vision_tower.vision_model.", "vision_tower."),
+        ("model.paligemma_with_expert.paligemma.model.multi_modal_projector.", "connector."),
+        ("model.paligemma_with_expert.paligemma.model.language_model.", "language_model."),
+        ("model.paligemma_with_expert.paligemma.vision_tower.vision_model.", "vision_tower."),
+        ("model.paligemma_with_expert.paligemma.multi_modal_projector.", "connector."),
+        ("model.paligemma_with_expert.paligemma.language_model.model.", "language_model."),
+        ("model.paligemma_with_expert.gemma_expert.model.", "expert."),
+        ("model.", ""),
+    )
+    LEROBOT_IGNORED = (
+        "model.paligemma_with_expert.paligemma.lm_head.",
+        "model.paligemma_with_expert.paligemma.language_model.lm_head.",
+        "model.paligemma_with_expert.gemma_expert.lm_head.",
+        "model.paligemma_with_expert.gemma_expert.model.embed_tokens.",
+        "model.vlm_with_expert.lm_expert.embed_tokens.",
+        "normalize_inputs.",
+        "normalize_targets.",
+        "unnormalize_outputs.",
+    )
+
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
