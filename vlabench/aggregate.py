@@ -30,8 +30,9 @@ def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], l
 
 
 def _is_result_name(name: str) -> bool:
-    """Run results, not partial files or the trace and profile files ``vlabench profile`` writes beside them."""
-    return not name.startswith(".") and not name.endswith(ARTIFACT_SUFFIXES)
+    """Run results, not partial files, the trace and profile files ``vlabench profile`` writes beside them, or the
+    run markers of ``vlabench sweep``'s journal (``.sweep/<id>.sweep.json``)."""
+    return not name.startswith(".") and not name.endswith((*ARTIFACT_SUFFIXES, ".sweep.json"))
 
 
 def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> pd.DataFrame:

@@ -166,6 +166,10 @@ def run(
     ] = None,
     dp_cache: DpCacheFlag = None,
     fuse_expert_kv: FuseExpertKvFlag = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="lerobot model.safetensors (or its folder) to load instead of seeded weights."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
     ] = None,
@@ -209,6 +213,7 @@ def run(
         "measure_ceilings": measure_ceilings,
         "dp_cache": dp_cache,
         "fuse_expert_kv": fuse_expert_kv,
+        "checkpoint": checkpoint,
     }
     run_config = build_run_config(config, flags)
     plans, skipped = plan_runs(run_config)
@@ -651,3 +656,210 @@ def fidelity(
         for table in fidelity_tables(report):
             out.print(table)
     (err if as_json else out).print(f"fidelity: [bold]{path}[/]")
+
+
+site_app = typer.Typer(help="The static CET leaderboard website.", no_args_is_help=True)
+app.add_typer(site_app, name="site")
+
+
+@site_app.command("build")
+@reports_errors
+def site_build(
+    paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Site folder (replaced atomically).")] = Path("site"),
+    priority: Annotated[str, typer.Option(help="Initial CET priority: cost, energy or time.")] = "cost",
+    control_hz: Annotated[float, typer.Option(help="Initial control-rate target, Hz (the page can change it).")] = 10.0,
+) -> None:
+    """Build the leaderboard (static files with relative links, no CDN) from results folders."""
+    from vlabench.leaderboard_site.build import build_site
+
+    report = build_site(paths, out_dir, priority, control_hz)  # type: ignore[arg-type]
+    for problem in report.skipped:
+        err.print(f"[yellow]skipped[/] {problem}", highlight=False)
+    out.print(
+        f"site: [bold]{report.site}[/] ({report.rows} leaderboard rows from {report.runs} results, "
+        f"{report.pages} pages); open {report.site / 'index.html'} or run `vlabench site serve {report.site}`",
+        highlight=False,
+    )
+
+
+@site_app.command("serve")
+@reports_errors
+def site_serve(
+    site: Annotated[Path, typer.Argument(help="A folder written by `vlabench site build`.")],
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1.")] = 8000,
+) -> None:
+    """Preview a built site on http://127.0.0.1:PORT (Ctrl-C stops it)."""
+    from vlabench.leaderboard_site.serve import make_server
+
+    server = make_server(site, port)
+    out.print(f"serving {site} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        out.print("stopped")
+    finally:
+        server.server_close()
+
+
+# Fleet scale: sweeps (locally or on Ray), Ray worker resources, regression checks, publication checks.
+EXIT_CHECK_FAILED = 6
+EXIT_SWEEP_FAILED = 7
+
+
+@app.command()
+@reports_errors
+def sweep(
+    sweep_file: Annotated[
+        Path, typer.Argument(metavar="SWEEP.yaml", help="Sweep file: fixed settings, a run-settings matrix, excludes.")
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the expanded runs in execution order.")] = False,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Results folder. [default: the sweep file's out, else results]")
+    ] = None,
+    timeout_s: Annotated[
+        float | None, typer.Option("--timeout-s", help="Per-run limit, s; the run's process group is then killed.")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray", metavar="ADDRESS", help="Dispatch the runs to this Ray cluster (HOST:PORT).")
+    ] = None,
+) -> None:
+    """Run a matrix of benchmarks, each in a child process; resumable, locally or on a Ray cluster."""
+    from vlabench.sweep import expand, load_sweep
+    from vlabench.sweep_report import SweepProgress, runs_table, summary_table
+    from vlabench.sweep_runner import completed_keys, execute_sweep, run_locally
+
+    spec = load_sweep(sweep_file)
+    runs = expand(spec, str(sweep_file))
+    results = out_dir or spec.out
+    timeout = timeout_s if timeout_s is not None else spec.timeout_s
+    if timeout is not None and timeout <= 0:
+        raise InputError(f"--timeout-s must be > 0, not {timeout:g}")
+    done = completed_keys(results) & {run.key for run in runs}
+    if dry_run:
+        out.print(runs_table(runs, done, ray=ray_address is not None))
+        return
+    if ray_address:
+        from vlabench.ray_dispatch import run_on_ray
+
+        dispatch = run_on_ray(ray_address, timeout, spec.max_retries)
+    else:
+        dispatch = run_locally(timeout)
+    started = time.monotonic()
+    with SweepProgress(err, len(runs) - len(done)) as progress:
+        records = execute_sweep(runs, results, dispatch, progress.started, progress.finished)
+    out.print(summary_table(records, time.monotonic() - started))
+    out.print(f"results: [bold]{results}[/]  journal: {results / '.sweep'}")
+    if any(record.status == "failed" for record in records):
+        err.print("[bold red]some runs failed[/] (reasons above); run the same command again to retry them")
+        raise typer.Exit(EXIT_SWEEP_FAILED)
+    if any(record.status == "invalid" for record in records):
+        raise typer.Exit(EXIT_INVALID)
+
+
+@app.command()
+@reports_errors
+def worker(
+    address: Annotated[
+        str | None, typer.Option(help="The head node's HOST:PORT to join; without it, the line starts a head.")
+    ] = None,
+    port: Annotated[int, typer.Option(help="Port of a head node started here.")] = 6379,
+    placement: Annotated[
+        list[str] | None, typer.Option("--placement", help="Extra placement label to advertise (repeatable).")
+    ] = None,
+    detect: Annotated[bool, typer.Option(help="Advertise the device profiles detected on this host.")] = True,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs this node gives Ray. [default: Ray's]")] = None,
+    start: Annotated[bool, typer.Option("--start", help="Run the `ray start` line now.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the resources as JSON.")] = False,
+) -> None:
+    """Print the `ray start` line that advertises this host's devices to a vlabench sweep (or run it)."""
+    from vlabench.worker import detected_device_names, ray_start_command, shell_line, start_ray, worker_resources
+
+    devices = [*(detected_device_names() if detect else []), *(placement or [])]
+    if not devices:
+        raise InputError("nothing to advertise: give --placement or drop --no-detect")
+    resources = worker_resources(devices)
+    command = ray_start_command(resources, address, port, num_cpus)
+    if as_json:
+        sys.stdout.write(json.dumps({"resources": resources, "command": command}, indent=2) + "\n")
+    else:
+        out.print(shell_line(command), highlight=False, soft_wrap=True)
+    if start:
+        code = start_ray(command)
+        if code:
+            raise typer.Exit(code)
+
+
+@app.command()
+@reports_errors
+def compare(
+    baseline: Annotated[Path, typer.Argument(metavar="BASELINE_DIR", help="Results folder (or file) of reference.")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE_DIR", help="Results folder (or file) to check.")],
+    threshold: Annotated[float, typer.Option(help="Relative latency change that counts, e.g. 0.05 = 5%.")] = 0.05,
+    energy_threshold: Annotated[float, typer.Option(help="Relative J/action increase that counts.")] = 0.05,
+    confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")] = 0.95,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 5000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    phase: Annotated[str, typer.Option(help="Latency phase compared (e2e, prefix, action, …).")] = "e2e",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Match two results folders by config identity; exit 6 on a latency, energy or correctness regression."""
+    from vlabench.compare import Settings, compare_folders, compare_table
+
+    settings = Settings(
+        threshold=threshold,
+        energy_threshold=energy_threshold,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        phase=phase,
+    )
+    report = compare_folders(baseline, candidate, settings)
+    for reason in report.skipped:
+        err.print(f"[yellow]skipped[/] {reason}", highlight=False)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        out.print(compare_table(report))
+        for title, names in (("only in baseline", report.only_baseline), ("only in candidate", report.only_candidate)):
+            for name in names:
+                out.print(f"[dim]{title}:[/] {name}", highlight=False)
+    if report.regressions:
+        err.print(f"[bold red]{len(report.regressions)} regressed run(s)[/]")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+@reports_errors
+def validate(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Results folder (or one result file).")],
+    min_iterations: Annotated[int, typer.Option(help="Timed inferences each result must have.")] = 10,
+    min_duration: Annotated[float, typer.Option(help="Timed seconds each result must have.")] = 10.0,
+    allow_dirty: Annotated[
+        bool, typer.Option("--allow-dirty", help="Accept results measured from a modified working tree.")
+    ] = False,
+    require_measured_energy: Annotated[
+        bool, typer.Option("--require-measured-energy", help="Refuse estimated energy (no sensor).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
+) -> None:
+    """Check results for publication: schema, provenance, correctness gate, iterations, energy; exit 6 on a problem."""
+    from vlabench.validate import Requirements, problems_table, validate_folder
+
+    requirements = Requirements(
+        min_iterations=min_iterations,
+        min_duration_s=min_duration,
+        allow_dirty=allow_dirty,
+        require_measured_energy=require_measured_energy,
+    )
+    files, problems = validate_folder(folder, requirements)
+    if not files:
+        raise InputError(f"{folder}: no result files")
+    if as_json:
+        sys.stdout.write(json.dumps([problem.model_dump() for problem in problems], indent=2) + "\n")
+    elif problems:
+        out.print(problems_table(problems))
+    bad = len({problem.file for problem in problems})
+    (err if as_json else out).print(f"{len(files)} result files checked, {bad} with problems", highlight=False)
+    if problems:
+        raise typer.Exit(EXIT_CHECK_FAILED)

@@ -1,0 +1,300 @@
+"""``vlabench site build``: results folders -> a static CET leaderboard (plain files, relative links, no CDN)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+import plotly.offline
+
+import vlabench
+from vlabench.aggregate import load_results
+from vlabench.cet import Priority
+from vlabench.devices import DeviceProfile, load_device_profile
+from vlabench.errors import InputError, VlabenchError
+from vlabench.specs import ModelSpec, load_model_spec
+
+from . import charts
+from .reported import reported_entries
+from .rows import PROVENANCE, Run, latest_per_configuration, optimizations, provenance, reported_rows, run_rows, slug
+
+MARKER = "vlabench-site.json"
+ASSETS = ("site.css", "leaderboard.js")
+DOWNLOAD_COLUMNS = (
+    "rank",
+    "feasible",
+    "reasons",
+    "pareto",
+    "provenance",
+    "model",
+    "device",
+    "device_kind",
+    "backend",
+    "precision",
+    "optimizations",
+    "cameras",
+    "steps",
+    "actions_per_chunk",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "inference_hz_p50",
+    "action_hz_p99",
+    "joules_per_action",
+    "energy_label",
+    "usd_per_million_actions",
+    "usd_per_million_actions_electricity_only",
+    "memory_needed_gb",
+    "device_memory_gb",
+    "action_error",
+    "valid",
+    "published_energy_kj",
+    "source",
+    "run_id",
+)
+
+
+@dataclass
+class BuildReport:
+    """What a build wrote and which input files it skipped (with the reason)."""
+
+    site: Path
+    runs: int
+    rows: int
+    pages: int
+    skipped: list[str] = field(default_factory=list)
+
+
+def script_json(data: Any) -> str:
+    """JSON safe inside ``<script>``: no ``<``, ``>`` or ``&`` survives, so ``</script>`` and ``<!--`` cannot."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def number(value: Any, digits: int = 4) -> str:
+    """A figure with ``digits`` significant digits, or an em dash when absent."""
+    if value is None:
+        return "—"
+    return f"{value:.{digits}g}"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("vlabench.leaderboard_site", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = number
+    env.filters["slug"] = slug
+    return env
+
+
+def is_site(folder: Path) -> bool:
+    """A folder a previous ``vlabench site build`` wrote (it holds the marker file)."""
+    return (folder / MARKER).is_file() and (folder / "index.html").is_file()
+
+
+def check_target(out: Path) -> None:
+    """Refuse to replace anything but a previous build or an empty folder."""
+    if out.exists() and not (out.is_dir() and (is_site(out) or not any(out.iterdir()))):
+        raise InputError(f"{out} exists and is not a vlabench site (no {MARKER}); choose another -o or remove it")
+
+
+def build_site(paths: list[Path], out: Path, priority: Priority = "cost", control_hz: float = 10.0) -> BuildReport:
+    """Build the site into a temporary folder next to ``out`` and rename it into place (never a half site)."""
+    if control_hz <= 0:
+        raise InputError("--control-hz must be positive")
+    loaded, skipped = load_results(paths)
+    if not loaded:
+        raise InputError(f"no readable results under {', '.join(map(str, paths))}")
+    check_target(out)
+    runs = [Run(path, result, slug(f"{result.run_id} {path.name}")) for path, result in loaded]
+    rows = run_rows(latest_per_configuration(runs), priority, control_hz) + reported_rows(reported_entries())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    try:
+        pages = write_site(staging, runs, rows, skipped, priority, control_hz)
+        swap_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return BuildReport(site=out, runs=len(runs), rows=len(rows), pages=pages, skipped=skipped)
+
+
+def swap_into_place(staging: Path, out: Path) -> None:
+    """Rename the finished build over ``out``; the previous build is removed only once the new one is in place."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+    try:
+        staging.rename(out)
+    except OSError as exc:
+        if old is not None:
+            old.rename(out)
+        raise VlabenchError(f"cannot move the built site into {out}: {exc.strerror or exc}") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_site(
+    site: Path, runs: list[Run], rows: list[dict[str, Any]], skipped: list[str], priority: str, control_hz: float
+) -> int:
+    """Every page, asset and download of the site under ``site``; returns the number of HTML pages."""
+    env = environment()
+    common = {"version": vlabench.__version__, "built_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    write_assets(site)
+    write_downloads(site, rows, priority, control_hz)
+    pages = 0
+
+    def page(relative: str, template: str, **context: Any) -> None:
+        nonlocal pages
+        target = site / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        root = "../" * relative.count("/")
+        target.write_text(env.get_template(template).render(root=root, **common, **context), encoding="utf-8")
+        pages += 1
+
+    points = charts.speedup_points(runs)
+    page(
+        "index.html",
+        "index.html.j2",
+        rows=rows,
+        data=script_json({"control_hz": control_hz, "priority": priority, "rows": rows}),
+        priority=priority,
+        control_hz=control_hz,
+        skipped=skipped,
+        filters=filter_options(rows),
+        provenance=PROVENANCE,
+        pareto_energy=charts.div(
+            charts.pareto_figure(rows, "joules_per_action", "Latency vs energy", "J per action", control_hz),
+            "pareto-energy",
+        ),
+        pareto_cost=charts.div(
+            charts.pareto_figure(rows, "usd_per_million_actions", "Latency vs cost", "$ per 1M actions", control_hz),
+            "pareto-cost",
+        ),
+        speedup=charts.div(charts.speedup_figure(points), "speedup") if points else None,
+    )
+    row_by_run = {row["id"]: row for row in rows if row["kind"] == "run"}
+    on_board = set(row_by_run)
+    for run in runs:
+        (site / "runs").mkdir(exist_ok=True)
+        shutil.copyfile(run.path, site / "runs" / f"{run.slug}.json")
+        trace = run.trace_path.is_file()
+        if trace:
+            shutil.copyfile(run.trace_path, site / "runs" / f"{run.slug}.trace.json")
+        roofline = run.result.roofline
+        page(
+            f"runs/{run.slug}.html",
+            "run.html.j2",
+            run=run,
+            r=run.result,
+            row=row_by_run.get(run.slug),
+            trace=trace,
+            optimizations=optimizations(run.result),
+            provenance_label=provenance(run.result),
+            roofline=charts.roofline_div(roofline, "roofline") if roofline else None,
+        )
+    for model in sorted({row["model"] for row in rows} | {run.result.model.name for run in runs}):
+        model_runs = sorted((r for r in runs if r.result.model.name == model), key=lambda r: r.result.started_utc)
+        page(
+            f"models/{slug(model)}.html",
+            "model.html.j2",
+            model=model,
+            spec=model_spec(model),
+            rows=[row for row in rows if row["model"] == model],
+            runs=model_runs,
+            phases=charts.div(
+                charts.phase_figure(model_runs, f"Phase breakdown of {charts.label(model)}, p50"), "phases"
+            )
+            if model_runs
+            else None,
+        )
+    for device in sorted({row["device"] for row in rows} | {run.result.device.profile for run in runs}):
+        device_runs = sorted((r for r in runs if r.result.device.profile == device), key=lambda r: r.result.started_utc)
+        rooflines = [
+            (run, charts.roofline_div(run.result.roofline, f"roofline-{i}"))
+            for i, run in enumerate(roofline_runs(device_runs, on_board))
+            if run.result.roofline is not None
+        ]
+        page(
+            f"devices/{slug(device)}.html",
+            "device.html.j2",
+            device=device,
+            profile=device_profile(device),
+            rows=[row for row in rows if row["device"] == device],
+            runs=device_runs,
+            rooflines=[(run, chart) for run, chart in rooflines if chart],
+        )
+    marker = {
+        "generator": "vlabench site build",
+        "vlabench_version": vlabench.__version__,
+        "built_utc": common["built_utc"],
+        "priority": priority,
+        "control_hz": control_hz,
+        "runs": len(runs),
+        "rows": len(rows),
+        "skipped": skipped,
+    }
+    (site / MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    return pages
+
+
+def roofline_runs(device_runs: list[Run], on_board: set[str]) -> list[Run]:
+    """One roofline per model, backend and precision on a device: its leaderboard run without optimizations (the
+    analytic counts are the same for every run of a configuration; optimized runs have their own run page chart)."""
+    chosen: dict[tuple[str, str, str], Run] = {}
+    for run in device_runs:
+        if run.slug in on_board and optimizations(run.result) == "none":
+            chosen[(run.result.model.name, run.result.backend, run.result.precision)] = run
+    return list(chosen.values())
+
+
+def write_assets(site: Path) -> None:
+    """The stylesheet, the table script and plotly.js (written once, referenced by relative path)."""
+    assets = site / "assets"
+    assets.mkdir(parents=True, exist_ok=True)
+    package = resources.files("vlabench.leaderboard_site").joinpath("assets")
+    for name in ASSETS:
+        (assets / name).write_text(package.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
+    (assets / "plotly.min.js").write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+
+
+def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, control_hz: float) -> None:
+    """``leaderboard.csv`` and ``leaderboard.json``: the table as built (ranked at the build's target and priority)."""
+    table = [{column: row.get(column) for column in DOWNLOAD_COLUMNS} for row in rows]
+    pd.DataFrame(table, columns=list(DOWNLOAD_COLUMNS)).to_csv(site / "leaderboard.csv", index=False)
+    document = {"priority": priority, "control_hz": control_hz, "rows": table}
+    (site / "leaderboard.json").write_text(json.dumps(document, indent=2, allow_nan=False), encoding="utf-8")
+
+
+def filter_options(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    def distinct(key: str) -> list[str]:
+        return sorted({str(row[key]) for row in rows if row[key] is not None})
+
+    return {"model": distinct("model"), "device_kind": distinct("device_kind"), "backend": distinct("backend")}
+
+
+def model_spec(name: str) -> ModelSpec | None:
+    try:
+        return load_model_spec(name)
+    except InputError:
+        return None
+
+
+def device_profile(name: str) -> DeviceProfile | None:
+    try:
+        return load_device_profile(name)
+    except InputError:
+        return None

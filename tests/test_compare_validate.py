@@ -1,0 +1,157 @@
+"""`vlabench compare` (bootstrap latency, energy and correctness regressions between two folders) and `vlabench
+validate` (publication checks), on results derived from one real tiny run."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vlabench.cli import app
+from vlabench.compare import Settings, bootstrap_relative_median_change, compare_folders
+from vlabench.config import RunConfig
+from vlabench.correctness import TOLERANCES, Correctness
+from vlabench.results import RunResult, write_result
+from vlabench.run import execute, plan_run
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def measured() -> RunResult:
+    config = RunConfig(
+        model="pi0-tiny", warmup=1, min_iterations=3, min_duration_s=0, threads=1, energy_window_s=1, idle_window_s=0.1
+    )
+    return execute(plan_run(config))
+
+
+def variant(
+    result: RunResult, run_id: str, samples: list[float], config_hash: str | None = None, **energy
+) -> RunResult:
+    """A copy with other e2e samples (and identity, energy)."""
+    timing = result.timing.model_copy(update={"samples_ms": {**result.timing.samples_ms, "e2e": samples}})
+    update = {"run_id": run_id, "timing": timing, "config_hash": config_hash or result.config_hash}
+    if energy:
+        update["energy"] = result.energy.model_copy(update=energy)
+    return result.model_copy(update=update)
+
+
+FAILED_GATE = Correctness(
+    max_abs_error=0.5,
+    cosine=0.5,
+    relative_error=0.5,
+    displacement_cosine=0.5,
+    tolerance=TOLERANCES["fp32"],
+    passed=False,
+)
+
+
+def samples(median: float, seed: int, count: int = 30) -> list[float]:
+    return list(np.random.default_rng(seed).normal(median, median * 0.01, count))
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_point_estimate():
+    base, cand = samples(100, 1), samples(110, 2)
+    first = bootstrap_relative_median_change(base, cand, 0.95, 2000, seed=3)
+    assert first == bootstrap_relative_median_change(base, cand, 0.95, 2000, seed=3)
+    point, low, high = first
+    assert low < point < high and point == pytest.approx(0.10, abs=0.01)
+    narrow = bootstrap_relative_median_change(base, cand, 0.5, 2000, seed=3)
+    assert low < narrow[1] < narrow[2] < high
+
+
+def test_compare_flags_a_latency_regression_lists_unmatched_runs_and_exits_6(measured, tmp_path):
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    write_result(variant(measured, "a" * 32, samples(100, 1)), base)
+    write_result(variant(measured, "b" * 32, samples(50, 2), config_hash="only-in-base"), base)
+    write_result(variant(measured, "c" * 32, samples(112, 3)), cand)
+    write_result(variant(measured, "d" * 32, samples(50, 4), config_hash="only-in-cand"), cand)
+    report = compare_folders(base, cand, Settings())
+    assert [m.latency.verdict for m in report.matches] == ["regression"]
+    assert report.matches[0].latency.ci_low > 0 and report.matches[0].energy.verdict == "unchanged"
+    assert len(report.only_baseline) == len(report.only_candidate) == 1
+    shown = runner.invoke(app, ["compare", str(base), str(cand)])
+    assert shown.exit_code == 6
+    assert "regression" in shown.stdout and "only in baseline" in shown.stdout and "only in candidate" in shown.stdout
+
+
+def test_compare_passes_noise_below_the_threshold_and_reports_an_improvement(measured, tmp_path):
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    write_result(variant(measured, "a" * 32, samples(100, 1)), base)
+    write_result(variant(measured, "c" * 32, samples(102, 3)), cand)
+    assert runner.invoke(app, ["compare", str(base), str(cand)]).exit_code == 0
+    assert runner.invoke(app, ["compare", str(base), str(cand), "--threshold", "0.005"]).exit_code == 6
+    assert runner.invoke(app, ["compare", str(cand), str(base), "--threshold", "0.005"]).exit_code == 0
+    report = compare_folders(cand, base, Settings(threshold=0.005))
+    assert report.matches[0].latency.verdict == "improvement"
+
+
+def test_compare_flags_energy_and_correctness_regressions(measured, tmp_path):
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    joules = measured.energy.joules_per_action
+    write_result(variant(measured, "a" * 32, samples(100, 1)), base)
+    write_result(variant(measured, "c" * 32, samples(100, 1), joules_per_action=joules * 1.2), cand)
+    energy = compare_folders(base, cand, Settings()).matches[0].energy
+    assert energy.verdict == "regression" and energy.relative_change == pytest.approx(0.2)
+    assert compare_folders(base, cand, Settings(energy_threshold=0.25)).regressions == []
+    relabelled = tmp_path / "relabelled"
+    write_result(variant(measured, "e" * 32, samples(100, 1), label="measured", method="rapl"), relabelled)
+    assert compare_folders(base, relabelled, Settings()).matches[0].energy.verdict == "not comparable"
+    broken = tmp_path / "broken"
+    failing = variant(measured, "f" * 32, samples(100, 1))
+    failing = failing.model_copy(update={"correctness": FAILED_GATE})
+    write_result(failing, broken)
+    match = compare_folders(base, broken, Settings()).matches[0]
+    assert match.correctness_regressed and match.regressed
+
+
+def test_compare_rejects_bad_settings_and_missing_folders(tmp_path):
+    assert runner.invoke(app, ["compare", str(tmp_path), str(tmp_path), "--confidence", "1.5"]).exit_code == 2
+    missing = runner.invoke(app, ["compare", str(tmp_path / "nope"), str(tmp_path)])
+    assert missing.exit_code == 2 and "no such file or folder" in missing.stderr
+
+
+def test_validate_accepts_a_complete_result_with_the_requirements_it_meets(measured, tmp_path):
+    write_result(measured, tmp_path)
+    args = ["validate", str(tmp_path), "--min-iterations", "3", "--min-duration", "0", "--allow-dirty"]
+    checked = runner.invoke(app, args)
+    assert checked.exit_code == 0, checked.stdout
+    assert "1 result files checked, 0 with problems" in checked.stdout
+
+
+def test_validate_lists_every_problem_with_file_and_field_and_exits_6(measured, tmp_path):
+    (tmp_path / "garbled.json").write_text("{oops")
+    data = json.loads(measured.model_dump_json())
+    del data["timing"]["phases"], data["control"]
+    (tmp_path / "schema.json").write_text(json.dumps(data))
+    weak = measured.model_copy(
+        update={
+            "run_id": "w" * 32,
+            "energy": None,
+            "correctness": FAILED_GATE,
+            "provenance": measured.provenance.model_copy(update={"git_revision": None, "command_line": []}),
+        }
+    )
+    weak_path = write_result(weak, tmp_path)
+    checked = runner.invoke(app, ["validate", str(tmp_path), "--json", "--allow-dirty"])
+    assert checked.exit_code == 6
+    problems = {(p["file"].rsplit("/", 1)[-1], p["field"]) for p in json.loads(checked.stdout)}
+    assert problems == {
+        ("garbled.json", "<file>"),
+        ("schema.json", "timing.phases"),
+        ("schema.json", "control"),
+        (weak_path.name, "provenance.git_revision"),
+        (weak_path.name, "provenance.command_line"),
+        (weak_path.name, "correctness.passed"),
+        (weak_path.name, "timing.iterations"),
+        (weak_path.name, "timing.timed_duration_s"),
+        (weak_path.name, "energy"),
+    }
+    table = runner.invoke(app, ["validate", str(tmp_path), "--allow-dirty"])
+    assert table.exit_code == 6 and "3 result files checked, 3 with problems" in table.stdout
+
+
+def test_validate_of_a_folder_without_results_is_bad_input(tmp_path):
+    (tmp_path / "x.trace.json").write_text("{}")
+    empty = runner.invoke(app, ["validate", str(tmp_path)])
+    assert empty.exit_code == 2 and "no result files" in empty.stderr

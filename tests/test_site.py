@@ -1,0 +1,462 @@
+"""The CET leaderboard site: built from real `vlabench run` results plus hand-written edge cases, checked in Python
+and in a real headless Chromium (Playwright)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from vlabench.aggregate import load_results, results_frame
+from vlabench.cet import rank
+from vlabench.cli import app
+from vlabench.errors import InputError
+from vlabench.leaderboard_site import build as site_build
+from vlabench.leaderboard_site.build import MARKER, build_site
+from vlabench.leaderboard_site.reported import reported_entries
+from vlabench.leaderboard_site.rows import slug
+from vlabench.leaderboard_site.serve import make_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "site"
+XSS_MODEL = "<script>window.__pwned=1</script>"
+XSS_DEVICE = '<img src=x onerror="window.__pwned=2">'
+runner = CliRunner()
+
+
+def _derive(base: dict, **changes) -> dict:
+    """A copy of a real result with a new run id and the given top-level (or nested, via callables) changes."""
+    data = json.loads(json.dumps(base))
+    data["run_id"] = uuid.uuid4().hex
+    for key, change in changes.items():
+        data[key] = change(data[key]) if callable(change) else change
+    return data
+
+
+def _scale_e2e(data: dict, p50: float, p99: float) -> dict:
+    data["timing"]["phases"]["e2e"].update(p50=p50, p99=p99)
+    return data
+
+
+@pytest.fixture(scope="session")
+def results_dir(tmp_path_factory) -> Path:
+    """Two real runs (torch, onnxruntime) of smolvla-tiny plus hand-written edge cases derived from them."""
+    folder = tmp_path_factory.mktemp("site-results")
+    command = [
+        sys.executable,
+        "-m",
+        "vlabench",
+        "run",
+        "--model",
+        "smolvla-tiny",
+        "--backend",
+        "torch,onnxruntime",
+        "--warmup",
+        "1",
+        "--min-iterations",
+        "3",
+        "--min-duration",
+        "0",
+        "--threads",
+        "1",
+        "--energy-meter",
+        "estimated",
+        "--energy-window",
+        "1",
+        "--idle-window",
+        "0.2",
+        "--price-usd",
+        "500",
+        "--out",
+        str(folder),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    real = {json.loads(p.read_text())["backend"]: p for p in folder.glob("*.json")}
+    torch_run, ort_run = (json.loads(real[b].read_text()) for b in ("torch", "onnxruntime"))
+    slowest = max(r["timing"]["phases"]["e2e"]["p99"] for r in (torch_run, ort_run))
+    most_energy = max(r["energy"]["joules_per_action"] for r in (torch_run, ort_run))
+
+    def cheap_device(device: dict) -> dict:
+        return {**device, "profile": "raspberry-pi-5", "display_name": "Raspberry Pi 5 (8 GB)", "price_usd": 50.0}
+
+    def cheap_energy(energy: dict) -> dict:
+        return {**energy, "joules_per_action": 3 * most_energy, "joules_per_inference": 150 * most_energy}
+
+    cases = {
+        # slow, energy-hungry but cheap: first by cost, last by time and energy
+        "cheap": _derive(torch_run, device=cheap_device, energy=cheap_energy, cost=lambda c: {**c, "price_usd": 50.0}),
+        "dp-cache": _derive(
+            torch_run,
+            optimization={
+                "dp_cache": {"steps": 10, "computed": [0, 2, 4, 6, 8], "source": "{0,2,4,6,8}", "calibration": None},
+                "fuse_expert_kv": False,
+                "dp_cache_error": {"max_abs": 0.1, "rmse": 0.03, "cosine": 0.999, "relative": 0.05, "samples": 1},
+            },
+        ),
+        "xss": _derive(
+            torch_run, model=lambda m: {**m, "name": XSS_MODEL}, device=lambda d: {**d, "profile": XSS_DEVICE}
+        ),
+        # the fastest run of all, but it failed the correctness gate
+        "invalid": _derive(
+            ort_run,
+            precision="fp16",
+            correctness={**ort_run["correctness"], "relative_error": 0.3, "passed": False},
+        ),
+    }
+    _scale_e2e(cases["cheap"], 3 * slowest, 3 * slowest)
+    e2e = torch_run["timing"]["phases"]["e2e"]
+    _scale_e2e(cases["dp-cache"], 0.6 * e2e["p50"], 0.6 * e2e["p99"])
+    fastest = min(r["timing"]["phases"]["e2e"]["p50"] for r in (torch_run, ort_run))
+    _scale_e2e(cases["invalid"], 0.5 * fastest, 0.5 * fastest)
+    for name, data in cases.items():
+        (folder / f"{name}.json").write_text(json.dumps(data))
+    (folder / "broken.json").write_text('{"schema_version": "1.0", "run_id": ')
+    (folder / "foreign.json").write_text('{"hello": "world"}')
+    (folder / (real["torch"].name.removesuffix(".json") + ".trace.json")).write_text('{"traceEvents": []}')
+    return folder
+
+
+@pytest.fixture(scope="session")
+def built(results_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("site-out") / "site"
+    report = build_site([results_dir], out)
+    return report, out
+
+
+@pytest.fixture(scope="session")
+def table(built) -> list[dict]:
+    return json.loads((built[1] / "leaderboard.json").read_text())["rows"]
+
+
+def _python_order(results_dir: Path, priority: str, control_hz: float) -> tuple[list[str], set[str]]:
+    """Run ids of the ranked rows in order, and the infeasible run ids, straight from vlabench.cet.rank."""
+    loaded, _ = load_results([results_dir])
+    ranked = rank(results_frame(loaded, control_hz), priority, control_hz)
+    run_id = {str(path): result.run_id for path, result in loaded}
+    order = [run_id[f] for f, r in zip(ranked["file"], ranked["rank"], strict=True) if not pd.isna(r)]
+    return order, {run_id[f] for f, ok in zip(ranked["file"], ranked["feasible"], strict=True) if not ok}
+
+
+def _run_id(results_dir: Path, case: str) -> str:
+    return json.loads((results_dir / f"{case}.json").read_text())["run_id"]
+
+
+# ---- Python side -------------------------------------------------------------------------------------------
+
+
+def test_bad_files_are_skipped_with_a_warning(built, results_dir, tmp_path):
+    report, site = built
+    assert report.runs == 6
+    assert len(report.skipped) == 2
+    assert any("broken.json" in s and "not valid JSON" in s for s in report.skipped)
+    assert any("foreign.json" in s for s in report.skipped)
+    index = (site / "index.html").read_text()
+    assert "Skipped input files" in index and "broken.json" in index
+    assert json.loads((site / MARKER).read_text())["skipped"] == report.skipped
+    result = runner.invoke(app, ["site", "build", str(results_dir), "-o", str(tmp_path / "cli-site")])
+    assert result.exit_code == 0, result.output
+    assert "skipped" in result.output and "broken.json" in result.output
+    assert (tmp_path / "cli-site" / "index.html").is_file()
+
+
+def test_no_readable_result_is_a_clear_error(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "broken.json").write_text("{")
+    result = runner.invoke(app, ["site", "build", str(tmp_path / "in"), "-o", str(tmp_path / "site")])
+    assert result.exit_code == 2 and "no readable results" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "site").exists()
+
+
+def test_names_from_results_are_escaped_everywhere(built, table):
+    _, site = built
+    pages = list(site.rglob("*.html"))
+    assert len(pages) > 10
+    for page in pages:
+        text = page.read_text()
+        assert XSS_MODEL not in text and XSS_DEVICE not in text, page
+    index = (site / "index.html").read_text()
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in index
+    blob = index.split('id="leaderboard-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in blob and ">" not in blob
+    rows = json.loads(blob)["rows"]
+    assert XSS_MODEL in {row["model"] for row in rows} and XSS_DEVICE in {row["device"] for row in rows}
+    assert XSS_MODEL in {row["model"] for row in table}
+
+
+def test_downloads_hold_the_ranked_table(built, table, results_dir):
+    _, site = built
+    runs = [row for row in table if row["provenance"] != "reported"]
+    reported = [row for row in table if row["provenance"] == "reported"]
+    assert len(runs) == 6 and len(reported) == len(reported_entries()) > 0
+    order, infeasible = _python_order(results_dir, "cost", 10.0)
+    assert [row["run_id"] for row in runs if row["rank"] is not None] == order
+    assert {row["run_id"] for row in runs if not row["feasible"]} == infeasible
+    invalid = next(row for row in runs if row["run_id"] == _run_id(results_dir, "invalid"))
+    assert invalid["rank"] is None and invalid["feasible"] is False and invalid["valid"] is False
+    assert "failed the correctness gate" in invalid["reasons"]
+    cheap = next(row for row in runs if row["run_id"] == _run_id(results_dir, "cheap"))
+    assert cheap["rank"] == 1 and cheap["usd_per_million_actions"] > 0
+    assert all(row["rank"] is None and row["source"] and row["feasible"] is None for row in reported)
+    energies = {row["device"]: row["published_energy_kj"] for row in reported if row["published_energy_kj"]}
+    assert energies == {
+        "rtx-4090": 2.398,
+        "jetson-thor": 1.282,
+        "jetson-agx-orin-64gb": 1.866,
+        "arc-pro-b60": 6.363,
+        "ascend-310p": 2.618,
+    }
+    assert {row["provenance"] for row in runs} == {"estimated"}  # the fixture's energy is estimated
+    csv = pd.read_csv(site / "leaderboard.csv")
+    assert list(csv.columns) == list(table[0])
+    assert list(csv["model"]) == [row["model"] for row in table]
+    assert csv["latency_p50_ms"].tolist() == pytest.approx([row["latency_p50_ms"] for row in table])
+
+
+def test_reported_energies_join_one_published_latency_each():
+    entries = [entry for entry in reported_entries() if entry.energy is not None]
+    assert len(entries) == 5
+    for entry in entries:
+        assert entry.latency.model == "pi0" and entry.latency.steps == 4 and entry.latency.stack == "pytorch-eager"
+        assert "Table 1" in entry.energy.source and entry.latency.label == "reported"
+
+
+def test_detail_pages(built, table):
+    _, site = built
+    torch_row = next(
+        row
+        for row in table
+        if row["backend"] == "torch"
+        and row["optimizations"] == "none"
+        and row["model"] == "smolvla-tiny"
+        and row["device"] == "generic-x86-cpu"
+    )
+    run_page = next(p for p in (site / "runs").glob("*.html") if torch_row["run_id"] in p.read_text())
+    text, stem = run_page.read_text(), run_page.name.removesuffix(".html")
+    assert f'href="{stem}.trace.json"' in text and (site / "runs" / f"{stem}.trace.json").is_file()
+    assert json.loads((site / "runs" / f"{stem}.json").read_text())["run_id"] == torch_row["run_id"]
+    assert "lifetime_years" in text and "git_revision" in text and "p99 ms" in text
+    tiny = (site / "models" / f"{slug('smolvla-tiny')}.html").read_text()
+    assert "Phase breakdown" in tiny and "Shapes" in tiny and "heads" in tiny
+    assert "No model spec named" in (site / "models" / f"{slug(XSS_MODEL)}.html").read_text()
+    pi0 = (site / "models" / f"{slug('pi0')}.html").read_text()
+    assert "arXiv 2604.24447" in pi0 and "badge-reported" in pi0
+    pi5 = (site / "devices" / f"{slug('raspberry-pi-5')}.html").read_text()
+    assert "price USD" in pi5 and "Raspberry Pi 5" in pi5
+    assert "Roofline, phases plotted" in (site / "devices" / f"{slug('generic-x86-cpu')}.html").read_text()
+
+
+def test_build_is_atomic(built, results_dir, tmp_path, monkeypatch):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not a vlabench site"):
+        build_site([results_dir], precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+    target = tmp_path / "site"
+    build_site([results_dir], target)
+    before = (target / "index.html").read_text()
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(site_build, "write_downloads", explode)
+    with pytest.raises(RuntimeError):
+        build_site([results_dir], target)
+    assert (target / "index.html").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious", "site"]  # no partial folder left
+
+
+def test_serve_rejects_a_folder_that_is_not_a_site(built, tmp_path):
+    result = runner.invoke(app, ["site", "serve", str(tmp_path)])
+    assert result.exit_code == 2 and "not a built vlabench site" in result.output and "Traceback" not in result.output
+    with pytest.raises(InputError):
+        make_server(tmp_path / "missing")
+    server = make_server(built[1], 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/index.html", timeout=10) as reply:
+            assert reply.status == 200 and b"CET" in reply.read()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- In a real browser --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        if os.environ.get("VLABENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing and VLABENCH_REQUIRE_BROWSER=1 (apt-get install chromium)")
+        pytest.skip(f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        yield chromium
+        chromium.close()
+
+
+class Visit:
+    """A page opened from file:// with every console message, page error and request recorded."""
+
+    def __init__(self, browser, site: Path, relative: str):
+        self.page = browser.new_page(viewport={"width": 1400, "height": 900})
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto((site / relative).as_uri())
+        self.page.wait_for_load_state("load")
+        self.site = site
+
+    def check_clean(self) -> None:
+        assert self.errors == []
+        root = self.site.resolve().as_uri() + "/"
+        assert self.requests and all(url.startswith(root) for url in self.requests), self.requests
+        assert self.page.evaluate("typeof window.__pwned") == "undefined"
+
+    def screenshot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+    def rows(self) -> list[dict]:
+        return self.page.eval_on_selector_all(
+            "#leaderboard tbody tr",
+            """trs => trs.map(tr => ({
+                id: tr.dataset.id, hidden: tr.hidden, infeasible: tr.classList.contains('infeasible'),
+                rank: tr.querySelector('.rank').textContent.trim(), status: tr.querySelector('.status').textContent,
+            }))""",
+        )
+
+    def data(self) -> dict:
+        return self.page.evaluate("JSON.parse(document.getElementById('leaderboard-data').textContent)")
+
+
+@pytest.fixture(scope="module")
+def index(browser, built):
+    visit = Visit(browser, built[1], "index.html")
+    yield visit
+    visit.page.close()
+
+
+def _ranked_run_ids(visit: Visit) -> list[str]:
+    run_id = {row["id"]: row["run_id"] for row in visit.data()["rows"]}
+    return [run_id[row["id"]] for row in visit.rows() if row["rank"].rstrip(" ◆")]
+
+
+def test_index_loads_offline_without_errors(index):
+    index.check_clean()
+    assert index.page.locator(".js-plotly-plot").count() >= 3  # plotly drew the charts from the local asset
+    assert "of" in index.page.text_content("#shown")
+    index.screenshot("index")
+
+
+def test_injected_script_renders_as_text(index):
+    assert index.page.evaluate("typeof window.__pwned") == "undefined"
+    assert index.page.locator("#leaderboard td", has_text=XSS_MODEL).count() == 1
+    assert index.page.locator("#leaderboard td", has_text=XSS_DEVICE).count() == 1
+
+
+def test_priority_selector_reranks_like_cet_rank(index, results_dir):
+    for priority in ("time", "energy", "cost"):
+        index.page.select_option("#priority", priority)
+        expected, _ = _python_order(results_dir, priority, 10.0)
+        assert _ranked_run_ids(index) == expected, priority
+    cheap = _run_id(results_dir, "cheap")
+    assert _ranked_run_ids(index)[0] == cheap  # cost: the cheap device first
+    index.page.select_option("#priority", "time")
+    assert _ranked_run_ids(index)[-1] == cheap and _ranked_run_ids(index)[0] != cheap
+    rows = {row["id"]: row for row in index.rows()}
+    invalid = next(r["id"] for r in index.data()["rows"] if r["run_id"] == _run_id(results_dir, "invalid"))
+    assert rows[invalid]["infeasible"] and rows[invalid]["rank"] == ""
+    assert "failed the correctness gate" in rows[invalid]["status"]
+    index.page.select_option("#priority", "cost")
+
+
+def test_control_rate_target_greys_infeasible_rows(index, results_dir):
+    data = {row["run_id"]: row for row in index.data()["rows"] if row["kind"] == "run"}
+    cheap = data[_run_id(results_dir, "cheap")]
+    others = min(row["action_hz_p99"] for key, row in data.items() if key != cheap["run_id"] and row["valid"])
+    target = round((cheap["action_hz_p99"] + others) / 2, 1)
+    index.page.fill("#control-hz", str(target))
+    rows = {row["id"]: row for row in index.rows()}
+    assert rows[cheap["id"]]["infeasible"] and "actions/s at p99 <" in rows[cheap["id"]]["status"]
+    _, infeasible = _python_order(results_dir, "cost", target)
+    assert {data[r]["id"] for r in infeasible} == {i for i, row in rows.items() if row["infeasible"]}
+    assert _ranked_run_ids(index) == _python_order(results_dir, "cost", target)[0]
+    index.page.fill("#control-hz", "1e9")
+    assert all(row["infeasible"] for row in index.rows() if row["id"] in {r["id"] for r in data.values()})
+    index.page.fill("#control-hz", "10")
+    assert not rows[next(r["id"] for r in data.values() if r["run_id"] == _run_id(results_dir, "dp-cache"))][
+        "infeasible"
+    ]
+
+
+def test_filters_hide_rows(index):
+    data = {row["id"]: row for row in index.data()["rows"]}
+    for selector, key, value in (
+        ("#filter-backend", "backend", "onnxruntime"),
+        ("#filter-provenance", "provenance", "reported"),
+        ("#filter-model", "model", "pi0"),
+        ("#filter-device-kind", "device_kind", "cpu"),
+    ):
+        index.page.select_option(selector, value)
+        visible = [row["id"] for row in index.rows() if not row["hidden"]]
+        assert visible and all(data[i][key] == value for i in visible), selector
+        assert len(visible) == sum(1 for row in data.values() if row[key] == value)
+        assert index.page.text_content("#shown").startswith(f"{len(visible)} of")
+        index.page.select_option(selector, "")
+    assert not any(row["hidden"] for row in index.rows())
+
+
+def test_columns_sort_on_click(index):
+    data = {row["id"]: row for row in index.data()["rows"]}
+    header = index.page.locator("#leaderboard th[data-key='latency_p50_ms']")
+    header.click()
+    ascending = [data[row["id"]]["latency_p50_ms"] for row in index.rows()]
+    assert ascending == sorted(ascending)
+    header.click()
+    descending = [data[row["id"]]["latency_p50_ms"] for row in index.rows()]
+    assert descending == sorted(descending, reverse=True)
+    index.page.locator("#leaderboard th[data-key='model']").click()
+    models = [data[row["id"]]["model"] for row in index.rows()]
+    assert models[0] != models[-1] and index.page.locator("th.sorted-asc").count() == 1
+    index.page.select_option("#priority", "time")  # a new priority shows the ranking again
+    assert index.rows()[0]["rank"].rstrip(" ◆") == "1"
+
+
+def test_detail_pages_in_the_browser(browser, built, table):
+    site = built[1]
+    torch_run = next(
+        r
+        for r in table
+        if r["run_id"]
+        and r["backend"] == "torch"
+        and r["device"] == "generic-x86-cpu"
+        and r["optimizations"] == "none"
+        and r["model"] == "smolvla-tiny"
+    )
+    run_page = next(p.name for p in (site / "runs").glob("*.html") if torch_run["run_id"] in p.read_text())
+    for name, relative in (
+        ("run", f"runs/{run_page}"),
+        ("model", f"models/{slug(XSS_MODEL)}.html"),  # a model page whose name is a script: rendered as text
+        ("device", f"devices/{slug('generic-x86-cpu')}.html"),
+    ):
+        visit = Visit(browser, site, relative)
+        visit.check_clean()
+        assert visit.page.locator(".js-plotly-plot").count() >= 1  # roofline / phase chart drawn
+        if name == "model":
+            assert visit.page.text_content("h1") == f"Model {XSS_MODEL}"
+        visit.screenshot(name)
+        visit.page.close()
