@@ -88,12 +88,29 @@ class FlowActionSpec(ActionSpec):
     time_max_period: float = 4.0
 
 
-class FlowVLASpec(SpecBase):
+class VisionLanguageSpec(SpecBase):
+    """Families with a SigLIP-style vision tower feeding a decoder LLM: their observation geometry."""
+
+    vision: VisionSpec
+    llm: LanguageModelSpec
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        return (self.vision.image_size, self.vision.image_size)
+
+    @property
+    def tokens_per_camera(self) -> int:
+        return self.vision.tokens_per_camera
+
+    @property
+    def token_vocab(self) -> int:
+        return self.llm.vocab
+
+
+class FlowVLASpec(VisionLanguageSpec):
     """SmolVLA, π0, π0.5: a VLM prefix whose per-layer K/V a flow-matching action expert reads at every step."""
 
     family: Literal["smolvla", "pi0", "pi05"]
-    vision: VisionSpec
-    llm: LanguageModelSpec
     expert: ExpertSpec
     action: FlowActionSpec
 
@@ -107,18 +124,6 @@ class FlowVLASpec(SpecBase):
         ) != (self.llm.kv_heads, self.llm.head_dim):
             raise ValueError("joint attention needs the expert's K/V geometry to equal the LLM's")
         return self
-
-    @property
-    def image_shape(self) -> tuple[int, int]:
-        return (self.vision.image_size, self.vision.image_size)
-
-    @property
-    def tokens_per_camera(self) -> int:
-        return self.vision.tokens_per_camera
-
-    @property
-    def token_vocab(self) -> int:
-        return self.llm.vocab
 
     @property
     def sampler(self) -> Sampler:
@@ -175,13 +180,11 @@ class Gr00tHeadSpec(_Strict):
     future_tokens: int = Field(ge=0)
 
 
-class Gr00tSpec(SpecBase):
+class Gr00tSpec(VisionLanguageSpec):
     """GR00T N1.5: Eagle (SigLIP2 + pixel shuffle + MLP, Qwen3 cut to its first layers) gives VL features; a VL
     self-attention adapter runs once; a flow-matching DiT runs every step."""
 
     family: Literal["gr00t"]
-    vision: VisionSpec
-    llm: LanguageModelSpec
     adapter: AdapterSpec
     dit: DiTSpec
     head: Gr00tHeadSpec
@@ -192,18 +195,6 @@ class Gr00tSpec(SpecBase):
         if self.adapter.heads * self.adapter.head_dim != self.llm.hidden:
             raise ValueError("the VL self-attention runs at the LLM width: adapter heads × head_dim = llm.hidden")
         return self
-
-    @property
-    def image_shape(self) -> tuple[int, int]:
-        return (self.vision.image_size, self.vision.image_size)
-
-    @property
-    def tokens_per_camera(self) -> int:
-        return self.vision.tokens_per_camera
-
-    @property
-    def token_vocab(self) -> int:
-        return self.llm.vocab
 
     @property
     def sampler(self) -> Sampler:
@@ -309,21 +300,11 @@ class FastActionSpec(ActionSpec):
     skip_tokens: int = Field(default=128, ge=0, description="special tokens at the end of the PaliGemma vocabulary")
 
 
-class Pi0FastSpec(SpecBase):
+class Pi0FastSpec(VisionLanguageSpec):
     """π0-FAST: the π0 PaliGemma backbone decodes FAST action tokens (DCT coefficients, BPE-compressed)."""
 
     family: Literal["pi0-fast"]
-    vision: VisionSpec
-    llm: LanguageModelSpec
     action: FastActionSpec
-
-    @property
-    def image_shape(self) -> tuple[int, int]:
-        return (self.vision.image_size, self.vision.image_size)
-
-    @property
-    def tokens_per_camera(self) -> int:
-        return self.vision.tokens_per_camera
 
     @property
     def token_vocab(self) -> int:
