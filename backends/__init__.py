@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.tensorrt_backend import TensorRtBackend
@@ -12,12 +12,10 @@ from vlabench.errors import unknown_name
 
 __all__ = [
     "BACKENDS",
-    "PRECISIONS",
     "Backend",
     "BackendOptions",
     "PreparedPolicy",
     "get_backend",
-    "parse_precision",
 ]
 
 BACKENDS: dict[str, type[Backend]] = {
@@ -33,9 +31,3 @@ def get_backend(name: str, options: BackendOptions | None = None) -> Backend:
     if name not in BACKENDS:
         raise unknown_name("backend", name, BACKENDS)
     return BACKENDS[name].from_options(options or BackendOptions())
-
-
-def parse_precision(name: str) -> str:
-    if name not in PRECISIONS:
-        raise unknown_name("precision", name, PRECISIONS)
-    return name

@@ -3,71 +3,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from vlabench.replicas import Observation, PrefixCache
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload
-
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class PreparedPolicy(ABC):
-    """A model ready to run on one target. Phase 1 is ``embed_images`` + ``prefill``; phase 2 ``denoise_step``."""
-
-    @abstractmethod
-    def embed_images(self, obs: Observation) -> Tensor: ...
-
-    @abstractmethod
-    def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache: ...
-
-    @abstractmethod
-    def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor: ...
-
-    def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """Token decoders: one token (B, 1) -> (action logits, its keys, its values); see ``GreedyDecoder``."""
-        raise NotImplementedError(f"{type(self).__name__} does not decode tokens")
-
-    @abstractmethod
-    def synchronize(self) -> None:
-        """Block until all work queued on the target has finished."""
-
-    def prefix(self, obs: Observation) -> PrefixCache:
-        return self.prefill(obs, self.embed_images(obs))
-
-    def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
-        """A prefix function whose caches stay valid while other lanes run (its own static buffers, where the
-        backend keeps any): one per control loop when several loops share this policy."""
-        return self.prefix
-
-    def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
-        """A whole-loop replacement for the Sampler (e.g. a captured CUDA graph), reported as its own variant."""
-        return None
-
-    def details(self) -> dict[str, Any]:
-        """Backend settings recorded in the result (threads, modes, versions)."""
-        return {}
-
-    def node_events(self) -> list[NodeEvent]:
-        """The runtime's own per-node profile (when prepared with ``profile_nodes``), on the perf_counter clock."""
-        return []
-
-
-@dataclass(frozen=True)
-class NodeEvent:
-    """One executed graph node as the runtime's profiler reported it."""
-
-    graph: str
-    name: str
-    op_type: str
-    start_ns: int
-    end_ns: int
-    args: dict[str, Any]
+from vlabench.measure.policy import PreparedPolicy
+from vlabench.models.replicas import Observation
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
+from vlabench.vocab import Precision
 
 
 @dataclass(frozen=True)
@@ -83,7 +29,17 @@ class BackendOptions:
 
 
 class Backend(ABC):
+    """A runtime adapter. Its capabilities are class attributes, read by the planner and the profiler."""
+
     name: str
+    is_reference: ClassVar[bool] = False
+    """The exact path (at fp32) every other run's actions are gated against."""
+    profiles_nodes: ClassVar[bool] = False
+    """The runtime has its own per-node profiler (``BackendOptions.profile_nodes``)."""
+    fuses_expert_kv: ClassVar[bool] = False
+    """Can hoist the action expert's prefix K/V projections out of the loop (``--fuse-expert-kv``)."""
+    captures_graphs: ClassVar[bool] = False
+    """Can replay the whole denoising loop as one captured graph (``--fuse-denoise-loop``)."""
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> Backend:
@@ -91,7 +47,7 @@ class Backend(ABC):
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
         """Precisions this backend runs on ``device``."""
-        return tuple(PRECISIONS)
+        return tuple(Precision.DTYPES)
 
     @abstractmethod
     def unavailable_reason(self, device: torch.device) -> str | None:

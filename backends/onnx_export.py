@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from vlabench.backends.base import PRECISIONS
 from vlabench.errors import UnavailableError
-from vlabench.replicas import Observation, build_replica
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.models.replicas import Observation, build_replica
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Precision
 
 OPSET = 18
 EXPORT_FORMAT = "vlabench-onnx-5"  # bump when graph boundaries or names change
@@ -187,7 +187,7 @@ def _export_into(
     folder: Path, spec: ModelSpec, workload: Workload, precision: str, seed: int
 ) -> tuple[dict[str, tuple[list[str], list[str]]], type]:
     cpu = torch.device("cpu")
-    dtype = PRECISIONS[precision]
+    dtype = Precision.DTYPES[precision]
     model = build_replica(spec, seed, dtype, cpu)
     obs = synthetic_observation(spec, workload, seed, dtype, cpu)
     image_tokens = model.embed_images(obs.images)

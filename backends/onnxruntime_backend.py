@@ -12,11 +12,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, NodeEvent, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import export_onnx, load_cache_class
 from vlabench.errors import InputError, UnavailableError
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload
+from vlabench.measure.policy import NodeEvent, PreparedPolicy
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
 
 EXECUTION_PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -90,6 +91,7 @@ class OrtPolicy(GraphPolicy):
 
 
 class OnnxRuntimeBackend(Backend):
+    profiles_nodes = True
     name = "onnxruntime"
 
     @classmethod

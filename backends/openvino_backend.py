@@ -10,11 +10,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, GraphPolicy, NodeEvent, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload
+from vlabench.measure.policy import NodeEvent, PreparedPolicy
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
+from vlabench.vocab import Precision
 
 ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}  # run precision -> OpenVINO inference precision
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
@@ -98,6 +100,7 @@ class OpenVinoPolicy(GraphPolicy):
 
 
 class OpenVinoBackend(Backend):
+    profiles_nodes = True
     name = "openvino"
 
     @classmethod
@@ -140,7 +143,7 @@ class OpenVinoBackend(Backend):
     def precisions(self, device: torch.device) -> tuple[str, ...]:
         """The precisions every device of the target computes natively; others it would silently run in f32."""
         if self.unavailable_reason(device):
-            return tuple(PRECISIONS)
+            return tuple(Precision.DTYPES)
         native = [set(self.core.get_property(name, "OPTIMIZATION_CAPABILITIES")) for name in self.hardware()]
         return tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
 
@@ -193,7 +196,9 @@ class OpenVinoBackend(Backend):
             "onnx_reused": exported.reused,
         }
         cache_type = load_cache_class(exported.cache_class)
-        return OpenVinoPolicy(compiled, PRECISIONS[precision], details, exported.graphs, cache_type, self.profile_nodes)
+        return OpenVinoPolicy(
+            compiled, Precision.DTYPES[precision], details, exported.graphs, cache_type, self.profile_nodes
+        )
 
     @staticmethod
     def _property(model: Any, key: str) -> Any:

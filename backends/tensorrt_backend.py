@@ -16,8 +16,8 @@ from torch import Tensor
 from vlabench.backends.base import Backend, GraphPolicy, PreparedPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
 
 NOT_INSTALLED = "tensorrt is not installed (pip install tensorrt on a CUDA host)"
 NO_GPU = "TensorRT needs a CUDA GPU; none is visible"

@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
 from vlabench.kernels.expert_fusion import ExpertKVHoister
-from vlabench.replicas import Observation, PrefixCache, build_replica
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload
+from vlabench.models.replicas import Observation, PrefixCache, build_replica
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
+from vlabench.vocab import Precision
 
 
 class TorchPolicy(PreparedPolicy):
@@ -60,6 +61,8 @@ class TorchPolicy(PreparedPolicy):
 
 
 class TorchBackend(Backend):
+    is_reference = True
+    fuses_expert_kv = True
     name = "torch"
 
     @classmethod
@@ -77,6 +80,6 @@ class TorchBackend(Backend):
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
-        model = build_replica(spec, seed, PRECISIONS[precision], device)
+        model = build_replica(spec, seed, Precision.DTYPES[precision], device)
         hoister = ExpertKVHoister(model, workload.suffix_tokens) if self.fuse_expert_kv else None
         return TorchPolicy(model, device, hoister)

@@ -13,13 +13,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlabench.backends.base import PRECISIONS, Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError, unknown_name
-from vlabench.replicas import Observation, PrefixCache, build_replica
-from vlabench.sampler import ActionLoop, EulerSampler, make_sampler
-from vlabench.specs import ModelSpec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
+from vlabench.models.replicas import Observation, PrefixCache, build_replica
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Precision
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 WITHOUT_CUDAGRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
@@ -172,6 +173,7 @@ class CompiledPolicy(PreparedPolicy):
 
 
 class TorchCompileBackend(Backend):
+    captures_graphs = True
     name = "torch-compile"
 
     @classmethod
@@ -196,7 +198,7 @@ class TorchCompileBackend(Backend):
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> CompiledPolicy:
         """Build the replica, compile all three phases now and, if asked (CUDA only), capture the fused loop."""
-        dtype = PRECISIONS[precision]
+        dtype = Precision.DTYPES[precision]
         if self.fuse_denoise_loop and workload.sampler != "euler":
             raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
         sampler = make_sampler(spec, workload, device)

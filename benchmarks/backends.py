@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from vlabench.cli.app.views.run import comparison_table
+from vlabench.commands.run import backend_names, execute_many, plan_run, plan_runs
 from vlabench.config import RunConfig
-from vlabench.detection import NATIVE_BF16_FLAGS, cpu_has_native_bf16
 from vlabench.errors import InsufficientMemoryError, VlabenchError
+from vlabench.hardware.detection import NATIVE_BF16_FLAGS, cpu_has_native_bf16
 from vlabench.kernels.ceilings import gemm_peak
-from vlabench.report import comparison_table
-from vlabench.results import write_result
-from vlabench.run import backend_names, execute_many, plan_run, plan_runs
+from vlabench.results.schema import write_result
 
 console = Console(width=160)
 

@@ -2,7 +2,7 @@
 
     python benchmarks/harness_overhead.py [--model smolvla-tiny] [--rounds 30] [--block 10] [--threads 1]
 
-Each round runs ``block`` timed iterations through ``vlabench.runner.measure`` (phase-synchronized spans plus
+Each round runs ``block`` timed iterations through ``vlabench.measure.timing.measure`` (phase-synchronized spans plus
 its unsynchronized pass) and then ``block`` iterations of a bare loop around the same policy and sampler.
 Prints medians, interquartile ranges and the ratios runner / bare (target ≤ 1.02).
 """
@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from vlabench.backends import get_backend
-from vlabench.runner import RunnerSettings, measure
-from vlabench.sampler import EulerSampler
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.timing import RunnerSettings, measure
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
 
 def main() -> None:

@@ -21,12 +21,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from vlabench.commands.loop import run_loop
+from vlabench.commands.run import check_fit_together, execute_many, plan_run
 from vlabench.config import RunConfig
-from vlabench.control_loop import run_loop
-from vlabench.detection import cpu_has_native_bf16
 from vlabench.errors import InsufficientMemoryError, VlabenchError
+from vlabench.hardware.detection import cpu_has_native_bf16
 from vlabench.kernels.ceilings import gemm_peak
-from vlabench.run import check_fit_together, execute_many, plan_run
 
 console = Console(width=180)
 PAPER_SET = "{0,1,2,6,8,9}"
@@ -142,8 +142,8 @@ def main() -> None:
             "eager torch bf16 π0 would take tens of minutes per inference, so the bf16 target cannot be measured here."
         )
     if args.episodes:
-        from vlabench.closed_loop.evaluate import closed_loop_variants, evaluate, format_table
-        from vlabench.closed_loop.train import load_or_train
+        from vlabench.optimizations.closed_loop.evaluate import closed_loop_variants, evaluate, format_table
+        from vlabench.optimizations.closed_loop.train import load_or_train
 
         policy = load_or_train(0)
         console.print(format_table(evaluate(policy, closed_loop_variants(policy.steps), args.episodes, 0)))

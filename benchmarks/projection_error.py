@@ -17,9 +17,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from vlabench.analysis.reported import reported_latencies, score_projections
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.reported import reported_latencies, score_projections
-from vlabench.run import execute, plan_run
 
 
 def pct(value: float | None) -> str:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from vlabench.replicas import ExpertKV, FlowMatchingVLA, PrefixCache
+from vlabench.models.replicas import ExpertKV, FlowMatchingVLA, PrefixCache
 
 
 class ExpertKVHoister:

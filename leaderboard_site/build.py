@@ -17,11 +17,11 @@ import pandas as pd
 import plotly.offline
 
 import vlabench
-from vlabench.aggregate import load_results
-from vlabench.cet import Priority
-from vlabench.devices import DeviceProfile, load_device_profile
+from vlabench.analysis.cet import Priority
 from vlabench.errors import InputError, VlabenchError
-from vlabench.specs import ModelSpec, load_model_spec
+from vlabench.hardware.devices import DeviceProfile, load_device_profile
+from vlabench.models.specs import ModelSpec, load_model_spec
+from vlabench.results.schema.aggregate import load_results
 
 from . import charts
 from .reported import reported_entries

@@ -7,12 +7,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from vlabench.roofline import RooflineReport
-from vlabench.roofline_chart import roofline_figure
+from vlabench.analysis.roofline import RooflineReport
+from vlabench.analysis.roofline_chart import roofline_figure
+from vlabench.vocab import Phase
 
 from .rows import Run, optimizations
 
-PHASES = ("vision", "prefill", "action")
 PHASE_COLORS = {"vision": "#1f77b4", "prefill": "#ff7f0e", "action": "#d62728"}
 
 
@@ -67,7 +67,7 @@ def phase_figure(runs: list[Run], title: str) -> go.Figure:
         for r in runs
     ]
     figure = go.Figure()
-    for phase in PHASES:
+    for phase in Phase.END_TO_END_PARTS:
         values = [r.result.timing.phases[phase].p50 if phase in r.result.timing.phases else None for r in runs]
         figure.add_trace(go.Bar(x=names, y=values, name=phase, marker={"color": PHASE_COLORS[phase]}))
     figure.update_layout(barmode="stack", title=title, yaxis={"title": "p50 latency (ms)"})
@@ -75,7 +75,7 @@ def phase_figure(runs: list[Run], title: str) -> go.Figure:
 
 
 def roofline_div(report: RooflineReport, div_id: str) -> str | None:
-    """``vlabench.roofline_chart.roofline_figure`` for a result's roofline block; None when it cannot be drawn."""
+    """``roofline_chart.roofline_figure`` for a result's roofline block; None when it cannot be drawn."""
     if not report.phases or (report.primary is None and any(p.achieved_tflops is None for p in report.phases)):
         return None
     escaped = report.model_copy(update={"model": label(report.model), "device": label(report.device)})

@@ -1,6 +1,6 @@
 """Published figures shown on the leaderboard as ``reported`` rows, each with its citation.
 
-Latencies come from ``profiles/reported/latencies.yaml`` (``vlabench.reported``); published energies from
+Latencies come from ``profiles/reported/latencies.yaml`` (``vlabench.analysis.reported``); published energies from
 ``profiles/reported/leaderboard.yaml``, each joined to exactly one of those latencies."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from functools import cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vlabench.analysis.reported import ReportedLatency, reported_latencies
 from vlabench.errors import InputError
-from vlabench.reported import ReportedLatency, reported_latencies
 from vlabench.yaml_data import load_packaged
 
 

@@ -1,4 +1,4 @@
-"""Leaderboard rows: loaded results ranked by ``vlabench.cet`` (through ``vlabench.aggregate``), plus reported rows."""
+"""Leaderboard rows: result files through ``results.aggregate`` and ``analysis.cet``, plus reported rows."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from vlabench.aggregate import results_frame
-from vlabench.cet import Priority, rank
-from vlabench.devices import load_device_profile
+from vlabench.analysis.cet import Priority, rank
 from vlabench.errors import InputError
-from vlabench.results import RunResult
+from vlabench.hardware.devices import load_device_profile
+from vlabench.results.schema import RunResult
+from vlabench.results.schema.aggregate import results_frame
 
 from .reported import ReportedEntry
 

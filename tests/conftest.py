@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +33,7 @@ def tiny_inputs():
 @pytest.fixture
 def make_host():
     """A HostInfo for a 2-core x86 machine with no accelerator; keyword overrides change any field."""
-    from vlabench.detection import HostInfo
+    from vlabench.hardware.detection import HostInfo
 
     def make(**overrides) -> HostInfo:
         values = dict(

@@ -3,7 +3,7 @@ import json
 import torch
 from typer.testing import CliRunner
 
-from vlabench.cli import app
+from vlabench.cli.app import app
 from vlabench.kernels.ceilings import gemm_peak, stream_bandwidth
 
 

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from vlabench.cet import CostAssumptions, cost_report, delivered_action_hz, feasibility, pareto_front, rank
+from vlabench.analysis.cet import CostAssumptions, cost_report, delivered_action_hz, feasibility, pareto_front, rank
 from vlabench.errors import InputError
 
 
@@ -105,7 +105,7 @@ def test_rank_gates_then_orders_by_priority():
 
 
 def test_pareto_uses_cost_only_when_every_feasible_row_has_one():
-    from vlabench.cet import pareto_axes
+    from vlabench.analysis.cet import pareto_axes
 
     full = pd.DataFrame([row("a", 1, 1, 1.0, 2.0), row("b", 2, 2, 0.5, 1.0)])
     assert pareto_axes(full) == ["latency_p50_ms", "joules_per_action", "usd_per_million_actions"]

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vlabench
-from vlabench.cli import app
+from vlabench.cli.app import app
 
 runner = CliRunner()
 FAST = ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0", "--threads", "1", "--energy-meter", "none"]

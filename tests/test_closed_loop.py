@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-import vlabench.closed_loop.train as train_module
-from vlabench.closed_loop import (
+import vlabench.optimizations.closed_loop.train as train_module
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.dp_cache import parse_schedule
+from vlabench.optimizations.closed_loop import (
     SmallFlowPolicy,
     TrainConfig,
     closed_loop_variants,
@@ -13,16 +15,14 @@ from vlabench.closed_loop import (
     load_or_train,
     success_rate,
 )
-from vlabench.closed_loop.reacher import (
+from vlabench.optimizations.closed_loop.reacher import (
     collect_demonstrations,
     is_success,
     make_env,
     run_episode,
 )
-from vlabench.closed_loop.train import checkpoint_path, train
-from vlabench.dp_cache import parse_schedule
-from vlabench.fidelity import FidelityVariant
-from vlabench.sampler import EulerSampler
+from vlabench.optimizations.closed_loop.train import checkpoint_path, train
+from vlabench.optimizations.fidelity import FidelityVariant
 
 pytest.importorskip("gymnasium")
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vlabench.cli import app
-from vlabench.compare import Settings, bootstrap_relative_median_change, compare_folders
+from vlabench.cli.app import app
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.correctness import TOLERANCES, Correctness
-from vlabench.results import RunResult, write_result
-from vlabench.run import execute, plan_run
+from vlabench.measure.correctness import TOLERANCES, Correctness
+from vlabench.results.compare import Settings, bootstrap_relative_median_change, compare_folders
+from vlabench.results.schema import RunResult, write_result
 
 runner = CliRunner()
 

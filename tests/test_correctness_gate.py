@@ -4,16 +4,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from vlabench.aggregate import load_results, results_frame
-from vlabench.backends import PRECISIONS
+from vlabench.analysis.cet import rank
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
-from vlabench.cet import rank
-from vlabench.cli import app
+from vlabench.cli.app import app
+from vlabench.commands.run import execute_many, plan_run
 from vlabench.config import RunConfig
-from vlabench.correctness import TOLERANCES, compare
-from vlabench.replicas import build_replica
-from vlabench.results import write_result
-from vlabench.run import execute_many, plan_run
+from vlabench.measure.correctness import TOLERANCES, compare
+from vlabench.models.replicas import build_replica
+from vlabench.results.schema import write_result
+from vlabench.results.schema.aggregate import load_results, results_frame
+from vlabench.vocab import Precision
 
 QUICK = dict(warmup=1, min_iterations=2, min_duration_s=0, threads=1, energy_meter="none")
 
@@ -24,7 +24,7 @@ class SkewedBackend(TorchBackend):
     name = "torch-skewed"
 
     def prepare(self, spec, workload, device, precision, seed):
-        model = build_replica(spec, seed, PRECISIONS[precision], device)
+        model = build_replica(spec, seed, Precision.DTYPES[precision], device)
         with torch.no_grad():
             model.action_out_proj.weight.mul_(1.1)
         return TorchPolicy(model, device)

@@ -5,7 +5,7 @@ from importlib import resources
 
 import pytest
 
-from vlabench.devices import (
+from vlabench.hardware.devices import (
     DeviceProfile,
     Figure,
     all_profiles,

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from vlabench.detection import parse_npu_smi_chips, read_cpu_model, read_jetson_model, read_l4t_release
-from vlabench.devices import resolve_device
 from vlabench.errors import InputError, UnavailableError
+from vlabench.hardware.detection import parse_npu_smi_chips, read_cpu_model, read_jetson_model, read_l4t_release
+from vlabench.hardware.devices import resolve_device
 
 X86_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -40,7 +40,7 @@ def test_cpu_model_read_from_recorded_cpuinfo(tmp_path):
 
 
 def test_cpu_flags_from_cpuinfo(tmp_path):
-    from vlabench.detection import cpu_has_native_bf16, read_cpu_flags
+    from vlabench.hardware.detection import cpu_has_native_bf16, read_cpu_flags
 
     path = tmp_path / "cpuinfo"
     path.write_text(X86_CPUINFO)
@@ -130,7 +130,7 @@ def test_ascend_chip_names_from_npu_smi():
 
 def test_openvino_detection_reports_this_cpu():
     openvino = pytest.importorskip("openvino", reason="OpenVINO is not installed")
-    from vlabench.detection import openvino_device_names
+    from vlabench.hardware.detection import openvino_device_names
 
     names = openvino_device_names()
     assert "CPU" in openvino.Core().available_devices

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from vlabench.energy import (
+from vlabench.errors import InputError, UnavailableError
+from vlabench.telemetry.energy import (
     EnergyReading,
     EstimatedMeter,
     ExternalCsvMeter,
@@ -36,9 +37,8 @@ from vlabench.energy import (
     parse_tegrastats_line,
     select_total_rails,
 )
-from vlabench.energy.nvml import CLOCK_EVENT_REASON_BITS, clock_event_reason_bits
-from vlabench.energy.rapl import counter_delta
-from vlabench.errors import InputError, UnavailableError
+from vlabench.telemetry.energy.nvml import CLOCK_EVENT_REASON_BITS, clock_event_reason_bits
+from vlabench.telemetry.energy.rapl import counter_delta
 
 DATA = Path(__file__).parent / "data" / "energy"
 RAPL_MAX = 262143328850

@@ -5,12 +5,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from vlabench.cli import app
+from vlabench.cli.app import app
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.devices import load_device_profile
-from vlabench.energy.select import ASSUMED_WATTS_PER_CORE, choose_meter, estimate_inputs
 from vlabench.errors import InputError
-from vlabench.run import execute, plan_run
+from vlabench.hardware.devices import load_device_profile
+from vlabench.telemetry.energy.select import ASSUMED_WATTS_PER_CORE, choose_meter, estimate_inputs
 
 runner = CliRunner()
 QUICK = ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0", "--threads", "1"]

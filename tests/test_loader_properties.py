@@ -8,11 +8,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vlabench.devices import DeviceProfile
 from vlabench.errors import InputError
-from vlabench.results import load_result
-from vlabench.specs import parse_model_spec
-from vlabench.sweep import expand, parse_sweep
+from vlabench.fleet.sweep_file import expand, parse_sweep
+from vlabench.hardware.devices import DeviceProfile
+from vlabench.models.specs import parse_model_spec
+from vlabench.results.schema import load_result
 from vlabench.yaml_data import parse_yaml
 
 PROFILES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,21 +13,22 @@ from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3Model
 from typer.testing import CliRunner
 
-from vlabench.checkpoints import lerobot_name, load_checkpoint
-from vlabench.cli import app
+from vlabench.analysis.flops import count_operators, total
+from vlabench.analysis.flops_traced import trace_operators
+from vlabench.cli.app import app
+from vlabench.commands.run import execute_many, plan_run, plan_runs
 from vlabench.config import RunConfig
-from vlabench.diffusion_sampler import DiffusionSampler
 from vlabench.errors import InputError
-from vlabench.flops import PHASES, count_operators, total
-from vlabench.flops_traced import trace_operators
-from vlabench.replicas import build_replica, count_parameters, replica_class
-from vlabench.replicas.decoder import TextDecoder
-from vlabench.replicas.layers import additive_mask, block_mask, rope_cos_sin
-from vlabench.run import execute_many, plan_run, plan_runs
-from vlabench.sampler import make_sampler
-from vlabench.spec_base import DiffusionActionSpec
-from vlabench.specs import load_model_spec, model_names
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.ddpm_loop import DiffusionSampler
+from vlabench.models.checkpoints import lerobot_name, load_checkpoint
+from vlabench.models.replicas import build_replica, count_parameters, replica_class
+from vlabench.models.replicas.decoder import TextDecoder
+from vlabench.models.replicas.layers import additive_mask, block_mask, rope_cos_sin
+from vlabench.models.spec_base import DiffusionActionSpec
+from vlabench.models.specs import load_model_spec, model_names
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Phase
 
 CPU = torch.device("cpu")
 PAPER_POLICIES = {"act", "diffusion-policy", "smolvla", "gr00t-n1.5", "pi0", "pi05", "openvla-7b"}
@@ -119,7 +120,7 @@ def test_tracer_agrees_with_the_analytic_counts_on_the_flow_models():
         spec = load_model_spec(name)
         workload = Workload.from_spec(spec)
         traced, analytic = trace_operators(spec, workload, "bf16"), count_operators(spec, workload, "bf16")
-        for phase in PHASES:
+        for phase in Phase.MODEL:
             ours = total(op for op in traced if op.phase == phase)
             reference = total(op for op in analytic if op.phase == phase)
             assert ours.flops == pytest.approx(reference.flops, rel=0.01), (name, phase)

@@ -8,7 +8,7 @@ from vlabench.backends.base import BackendOptions
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError
-from vlabench.sampler import EulerSampler
+from vlabench.measure.action_loops import EulerSampler
 
 pytest.importorskip("openvino")
 

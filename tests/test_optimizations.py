@@ -7,14 +7,14 @@ import torch
 from typer.testing import CliRunner
 
 from vlabench.backends import BackendOptions, get_backend
-from vlabench.cli import app
-from vlabench.dp_cache import DPCacheSchedule, parse_schedule, segment_schedule
+from vlabench.cli.app import app
 from vlabench.errors import InputError
-from vlabench.fidelity import FidelityVariant, open_loop
-from vlabench.fusion import FusionLoop
-from vlabench.sampler import EulerSampler
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule, segment_schedule
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.optimizations.fidelity import FidelityVariant, open_loop
+from vlabench.optimizations.fusion import FusionLoop
 
 CPU = torch.device("cpu")
 QUICK = ("--min-iterations", "2", "--min-duration", "0", "--warmup", "1", "--energy-meter", "none")

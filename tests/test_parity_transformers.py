@@ -25,11 +25,11 @@ from transformers import (
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.smolvlm.modeling_smolvlm import SmolVLMConnector
 
-from vlabench.replicas.decoder import TextDecoder
-from vlabench.replicas.flow_vla import ActionExpert, ExpertInputs
-from vlabench.replicas.layers import AdaptiveRMSNorm, additive_mask, block_mask, rope_cos_sin
-from vlabench.replicas.vision import PixelShuffleConnector, SiglipVisionTower, pixel_shuffle
-from vlabench.specs import DecoderSpec, VisionSpec, load_model_spec
+from vlabench.models.replicas.decoder import TextDecoder
+from vlabench.models.replicas.flow_vla import ActionExpert, ExpertInputs
+from vlabench.models.replicas.layers import AdaptiveRMSNorm, additive_mask, block_mask, rope_cos_sin
+from vlabench.models.replicas.vision import PixelShuffleConnector, SiglipVisionTower, pixel_shuffle
+from vlabench.models.specs import DecoderSpec, VisionSpec, load_model_spec
 
 ATOL, RTOL = 1e-5, 1e-4
 ATTN = "eager"

@@ -2,12 +2,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vlabench.backends import PRECISIONS, get_backend
+from vlabench.backends import get_backend
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.run import execute, plan_run
-from vlabench.sampler import EulerSampler
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Precision
 
 TINY_MODELS = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this host")
@@ -16,7 +17,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 def sample_actions(name: str, precision: str, device: torch.device) -> torch.Tensor:
     spec = load_model_spec(name)
     workload = Workload.from_spec(spec)
-    dtype = PRECISIONS[precision]
+    dtype = Precision.DTYPES[precision]
     policy = get_backend("torch").prepare(spec, workload, device, precision, seed=0)
     obs = synthetic_observation(spec, workload, 0, dtype, device)
     noise = initial_noise(workload, 0, dtype, device)

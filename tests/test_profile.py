@@ -10,10 +10,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from vlabench.cli import app
-from vlabench.profiling import summarize_phases
-from vlabench.samplers import CpuSampler, NvmlSampler, Series, TegrastatsSampler, tegrastats_values
-from vlabench.tracing import ChromeTrace
+from vlabench.cli.app import app
+from vlabench.commands.profile import summarize_phases
+from vlabench.measure.trace_writer import ChromeTrace
+from vlabench.telemetry.counters import CpuSampler, NvmlSampler, Series, TegrastatsSampler, tegrastats_values
 
 DATA = Path(__file__).parent / "data" / "energy"
 MS = 1_000_000

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from vlabench.aggregate import load_results
-from vlabench.sweep_runner import RunRecord
+from vlabench.fleet.local_runner import RunRecord
+from vlabench.results.schema.aggregate import load_results
 
 pytest.importorskip("ray")
 

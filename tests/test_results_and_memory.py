@@ -7,14 +7,14 @@ import textwrap
 
 import pytest
 
+from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
+from vlabench.commands.run import control_verdict, execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, InsufficientMemoryError
-from vlabench.memory import Footprint, check_fits, estimate_footprint
-from vlabench.results import SCHEMA_VERSION, load_result, write_result
-from vlabench.run import control_verdict, execute, plan_run
-from vlabench.specs import load_model_spec
-from vlabench.stats import summarize
-from vlabench.workload import Workload
+from vlabench.measure.stats import summarize
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload
+from vlabench.results.schema import SCHEMA_VERSION, load_result, write_result
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_killed_writer_leaves_no_result_file(tiny_result, tmp_path):
         f"""
         import os, sys, time
         from pathlib import Path
-        from vlabench.results import RunResult, write_result
+        from vlabench.results.schema import RunResult, write_result
         result = RunResult.model_validate_json(Path({str(tmp_path / "source.txt")!r}).read_text())
         real_fsync = os.fsync
         def slow_fsync(fd):
@@ -128,8 +128,8 @@ def test_plan_refuses_before_allocating():
 
 
 def test_warnings_name_noisy_phases_background_load_and_the_cap():
-    from vlabench.run import measurement_warnings
-    from vlabench.runner import Measurement
+    from vlabench.commands.run import measurement_warnings
+    from vlabench.measure.timing import Measurement
 
     steady, noisy = summarize([10.0] * 10), summarize([5.0, 15.0] * 5)
     phases = {"vision": steady, "prefill": noisy, "action": steady, "e2e": steady}
@@ -147,7 +147,7 @@ def test_warnings_name_noisy_phases_background_load_and_the_cap():
 
 
 def quiet_state(busy_percent: float):
-    from vlabench.system_state import SystemState
+    from vlabench.telemetry.system_state import SystemState
 
     return SystemState(
         background_cpu_percent=busy_percent,
@@ -161,7 +161,7 @@ def quiet_state(busy_percent: float):
 
 
 def test_bf16_on_a_cpu_without_native_bf16_is_flagged_before_the_run():
-    from vlabench.detection import cpu_has_native_bf16
+    from vlabench.hardware.detection import cpu_has_native_bf16
 
     if cpu_has_native_bf16():
         pytest.skip("this CPU has native bf16")

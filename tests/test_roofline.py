@@ -7,15 +7,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
-from vlabench.cli import app
-from vlabench.devices import load_device_profile
+from vlabench.analysis.flops import count_operators, total
+from vlabench.analysis.roofline import Ceiling, analyze, ceilings_for, efficiency_from, project
+from vlabench.cli.app import app
 from vlabench.errors import InputError
-from vlabench.flops import PHASES, count_operators, total
+from vlabench.hardware.devices import load_device_profile
 from vlabench.kernels.ceilings import MeasuredCeiling
-from vlabench.replicas import FlowMatchingVLA, Observation
-from vlabench.roofline import Ceiling, analyze, ceilings_for, efficiency_from, project
-from vlabench.specs import FlowVLASpec, load_model_spec, model_names
-from vlabench.workload import Workload, synthetic_observation
+from vlabench.models.replicas import FlowMatchingVLA, Observation
+from vlabench.models.specs import FlowVLASpec, load_model_spec, model_names
+from vlabench.models.workload import Workload, synthetic_observation
+from vlabench.vocab import Phase
 
 META = torch.device("meta")
 QUICK_RUN = ("run", "--model", "smolvla-tiny", "--min-iterations", "3", "--min-duration", "0", "--energy-meter", "none")
@@ -52,7 +53,7 @@ def test_analytic_flops_agree_with_flop_counter_on_every_model(name):
     for workload in (Workload.from_spec(spec), Workload.from_spec(spec, cameras=2, steps=4, chunk=16)):
         counted = counted_flops(name, workload)
         operators = count_operators(spec, workload, "bf16")
-        for phase in PHASES:
+        for phase in Phase.MODEL:
             analytic = total(op for op in operators if op.phase == phase).flops
             assert analytic == pytest.approx(counted[phase], rel=0.02), (name, phase, workload.cameras)
 

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from vlabench.backends import get_backend
-from vlabench.runner import RunnerSettings, SpanRecorder, measure, step_span_name
-from vlabench.sampler import EulerSampler
-from vlabench.stats import summarize
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.stats import summarize
+from vlabench.measure.timing import RunnerSettings, SpanRecorder, measure
+from vlabench.vocab import Phase
 
 
 class ConstantVelocity:
@@ -35,7 +36,7 @@ def test_sampler_reports_each_step_to_the_span_callback():
 
     def span(index):
         seen.append(index)
-        return recorder.span(step_span_name(index))
+        return recorder.span(Phase.step_span(index))
 
     EulerSampler(steps=3, batch=1, device=torch.device("cpu")).sample(
         ConstantVelocity(0.0), None, torch.zeros(1, 2, 2), span
@@ -81,8 +82,8 @@ def test_measure_honours_minimum_iterations(prepared_tiny):
     assert result.iterations == 3
     for phase in ("vision", "prefill", "prefix", "action", "e2e", "e2e_unsynced"):
         assert len(result.samples_ms[phase]) == 3
-    assert len(result.samples_ms[step_span_name(9)]) == 3
-    assert step_span_name(10) not in result.samples_ms
+    assert len(result.samples_ms[Phase.step_span(9)]) == 3
+    assert Phase.step_span(10) not in result.samples_ms
 
 
 def test_measure_honours_minimum_duration_and_the_cap(prepared_tiny):
@@ -106,13 +107,13 @@ def test_phase_spans_nest_inside_end_to_end(prepared_tiny):
     samples = result.samples_ms
     for i in range(3):
         assert samples["vision"][i] + samples["prefill"][i] <= samples["prefix"][i] + 1e-6
-        steps = sum(samples[step_span_name(s)][i] for s in range(10))
+        steps = sum(samples[Phase.step_span(s)][i] for s in range(10))
         assert steps <= samples["action"][i] + 1e-6
         assert samples["prefix"][i] + samples["action"][i] <= samples["e2e"][i] + 1e-6
 
 
 def test_phased_and_plain_inference_compute_the_same_actions(prepared_tiny):
-    from vlabench.runner import SpanRecorder, phased_inference, plain_inference
+    from vlabench.measure.timing import SpanRecorder, phased_inference, plain_inference
 
     policy, sampler, inputs = prepared_tiny
     obs, noise = inputs[0]

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from vlabench.aggregate import load_results, results_frame
-from vlabench.cet import rank
-from vlabench.cli import app
+from vlabench.analysis.cet import rank
+from vlabench.cli.app import app
 from vlabench.errors import InputError
 from vlabench.leaderboard_site import build as site_build
 from vlabench.leaderboard_site.build import MARKER, build_site
 from vlabench.leaderboard_site.reported import reported_entries
 from vlabench.leaderboard_site.rows import slug
 from vlabench.leaderboard_site.serve import make_server
+from vlabench.results.schema.aggregate import load_results, results_frame
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "site"
@@ -137,7 +137,7 @@ def table(built) -> list[dict]:
 
 
 def _python_order(results_dir: Path, priority: str, control_hz: float) -> tuple[list[str], set[str]]:
-    """Run ids of the ranked rows in order, and the infeasible run ids, straight from vlabench.cet.rank."""
+    """Run ids of the ranked rows in order, and the infeasible run ids, straight from vlabench.analysis.cet.rank."""
     loaded, _ = load_results([results_dir])
     ranked = rank(results_frame(loaded, control_hz), priority, control_hz)
     run_id = {str(path): result.run_id for path, result in loaded}

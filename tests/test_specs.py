@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from vlabench.errors import InputError
-from vlabench.replicas import FlowMatchingVLA, Observation, build_replica, count_parameters
-from vlabench.specs import FlowVLASpec, ModelSpec, load_model_spec, model_names, parse_model_spec
+from vlabench.models.replicas import FlowMatchingVLA, Observation, build_replica, count_parameters
+from vlabench.models.specs import FlowVLASpec, ModelSpec, load_model_spec, model_names, parse_model_spec
 
 FLOW = [name for name in model_names() if isinstance(load_model_spec(name), FlowVLASpec)]  # the other families:
 FULL = [name for name in FLOW if load_model_spec(name).reference is not None]  # tests/test_model_zoo.py,

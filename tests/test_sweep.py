@@ -17,14 +17,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from vlabench.aggregate import load_results
-from vlabench.cli import app
+from vlabench.cli.app import app
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
-from vlabench.results import RunResult, load_result, write_result
-from vlabench.run import execute, plan_run
-from vlabench.sweep import SweepFile, expand, parse_sweep, run_key
-from vlabench.sweep_runner import (
+from vlabench.fleet.local_runner import (
     STAGED_SUFFIX,
     ChildOutcome,
     RunRecord,
@@ -33,6 +30,9 @@ from vlabench.sweep_runner import (
     run_child,
     run_locally,
 )
+from vlabench.fleet.sweep_file import SweepFile, expand, parse_sweep, run_key
+from vlabench.results.schema import RunResult, load_result, write_result
+from vlabench.results.schema.aggregate import load_results
 
 FAST = {
     "device": "cpu",
@@ -302,7 +302,7 @@ def test_local_dispatch_skips_completed_runs_without_starting_a_child(tiny_resul
 
 
 def test_worker_line_advertises_this_hosts_profiles_the_cpu_alias_and_extra_labels(monkeypatch):
-    import vlabench.worker as worker
+    import vlabench.fleet.worker as worker
 
     monkeypatch.setattr(worker, "detected_device_names", lambda: ["generic-x86-cpu", "cpu"])
     listed = CliRunner().invoke(app, ["worker", "--address", "10.0.0.1:6379", "--placement", "lab-1", "--json"])

@@ -1,4 +1,4 @@
-from vlabench.system_state import parse_nvpmodel_query, read_cpu_governor, sample_system_state
+from vlabench.telemetry.system_state import parse_nvpmodel_query, read_cpu_governor, sample_system_state
 
 # `nvpmodel -q` on a Jetson AGX Orin (JetPack 5.1) and an Orin Nano (JetPack 6.2, MAXN SUPER mode id 2)
 NVPMODEL_AGX_ORIN = "NV Fan Mode:quiet\nNV Power Mode: MAXN\n0\n"

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vlabench.backends import PRECISIONS, tensorrt_backend
+from vlabench.backends import tensorrt_backend
 from vlabench.backends.tensorrt_backend import (
     NO_GPU,
     NOT_INSTALLED,
@@ -18,9 +18,10 @@ from vlabench.backends.tensorrt_backend import (
 )
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError
-from vlabench.sampler import EulerSampler
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Precision
 
 CUDA = torch.device("cuda")
 needs_tensorrt = pytest.mark.skipif(
@@ -118,7 +119,7 @@ def test_engines_track_eager_and_are_reused(precision, min_cosine, tmp_path, mon
     workload = Workload.from_spec(spec)
     reference = sample(TorchBackend().prepare(spec, workload, CUDA, "fp32", seed=0), spec, workload, torch.float32)
     built = TensorRtBackend().prepare(spec, workload, CUDA, precision, seed=0)
-    actions = sample(built, spec, workload, PRECISIONS[precision])
+    actions = sample(built, spec, workload, Precision.DTYPES[precision])
     assert F.cosine_similarity(actions.flatten(), reference.flatten(), dim=0) > min_cosine
     if precision == "fp32":
         assert (actions - reference).abs().max() < 1e-3
@@ -127,7 +128,7 @@ def test_engines_track_eager_and_are_reused(precision, min_cosine, tmp_path, mon
     assert Path(details["timing_cache"]).exists() and details["build_s"].keys() == {"vision", "prefill", "denoise"}
     reused = TensorRtBackend().prepare(spec, workload, CUDA, precision, seed=0)
     assert all(reused.details()["engines_reused"].values()) and reused.details()["build_s"] == {}
-    assert torch.equal(sample(reused, spec, workload, PRECISIONS[precision]), actions)
+    assert torch.equal(sample(reused, spec, workload, Precision.DTYPES[precision]), actions)
 
 
 @needs_tensorrt

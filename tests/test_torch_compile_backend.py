@@ -6,10 +6,10 @@ from vlabench.backends.base import BackendOptions
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.backends.torch_compile_backend import COMPILE_MODES, CompiledPolicy, TorchCompileBackend
 from vlabench.errors import InputError, UnavailableError
-from vlabench.replicas import build_replica
-from vlabench.sampler import EulerSampler
-from vlabench.specs import load_model_spec
-from vlabench.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.action_loops import EulerSampler
+from vlabench.models.replicas import build_replica
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this host")
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from vlabench.replicas import build_replica, count_parameters, replica_class
-from vlabench.replicas.act import ActMemory, ACTPolicy, sinusoidal_2d
-from vlabench.replicas.diffusion_policy import DiffusionPolicy, GlobalCondition, SpatialSoftmax
-from vlabench.replicas.flow_vla import Observation
-from vlabench.replicas.resnet import FrozenBatchNorm2d
-from vlabench.specs import load_model_spec
+from vlabench.models.replicas import build_replica, count_parameters, replica_class
+from vlabench.models.replicas.act import ActMemory, ACTPolicy, sinusoidal_2d
+from vlabench.models.replicas.diffusion_policy import DiffusionPolicy, GlobalCondition, SpatialSoftmax
+from vlabench.models.replicas.flow_vla import Observation
+from vlabench.models.replicas.resnet import FrozenBatchNorm2d
+from vlabench.models.specs import load_model_spec
 
 CPU = torch.device("cpu")
 # torchvision resnet18: 11,689,512 parameters, of which fc (512 → 1000) holds 513,000.

@@ -1,3 +1,3 @@
-from vlabench.cli import app
+from vlabench.cli.app import app
 
 app(prog_name="vlabench")

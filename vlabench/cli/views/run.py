@@ -1,0 +1,425 @@
+"""Rich renderables and plain rows for the CLI (tables of models, devices, plans and results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from vlabench.analysis.cet import feasibility
+from vlabench.hardware.detection import detect_host
+from vlabench.hardware.devices import all_profiles, profile_present, resolve_device
+from vlabench.models.replicas import count_parameters
+from vlabench.models.specs import load_model_spec, model_names
+from vlabench.models.workload import Workload
+from vlabench.results.schema import RunResult
+from vlabench.vocab import Phase
+
+GIB = 1024**3
+
+
+def _table(title: str, columns: list[str], numeric: set[str] = frozenset()) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="right" if column in numeric else "left")
+    return table
+
+
+def model_rows() -> list[dict[str, Any]]:
+    rows = []
+    for name in model_names():
+        spec = load_model_spec(name)
+        workload = Workload.from_spec(spec)
+        params = count_parameters(spec)
+        reference = spec.reference.params if spec.reference else None
+        rows.append(
+            {
+                "name": name,
+                "family": spec.family,
+                "params": params,
+                "reference_params": reference,
+                "params_delta_pct": round((params - reference) / reference * 100, 2) if reference else None,
+                "image_size": "×".join(map(str, dict.fromkeys(spec.image_shape))),
+                "tokens_per_camera": spec.tokens_per_camera,
+                "cameras": workload.cameras,
+                "prefix_tokens": workload.prefix_tokens,
+                "backbone": spec.summary[0],
+                "action_head": spec.summary[1],
+                "sampler": workload.sampler,
+                "steps": workload.steps,
+                "chunk": workload.chunk,
+            }
+        )
+    return rows
+
+
+def models_table(rows: list[dict[str, Any]]) -> Table:
+    columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "backbone", "action head"]
+    columns += ["steps", "chunk"]
+    table = _table("Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"})
+    for row in rows:
+        reference = row["reference_params"]
+        table.add_row(
+            row["name"],
+            _count(row["params"]),
+            _count(reference) if reference else "tiny",
+            f"{row['params_delta_pct']:+.1f}%" if reference else "",
+            f"{row['image_size']} px",
+            str(row["tokens_per_camera"]),
+            str(row["cameras"]),
+            str(row["prefix_tokens"]),
+            row["backbone"],
+            row["action_head"],
+            str(row["steps"]),
+            str(row["chunk"]),
+        )
+    return table
+
+
+def device_rows() -> tuple[list[dict[str, Any]], str]:
+    host = detect_host()
+    auto = resolve_device("auto", host)
+    rows = []
+    for profile in all_profiles():
+        precision = next((p for p in ("fp16", "bf16", "fp32") if p in profile.peak_tflops), None)
+        peak = profile.peak_tflops[precision] if precision else None
+        rows.append(
+            {
+                "name": profile.name,
+                "display_name": profile.display_name,
+                "kind": profile.kind,
+                "vendor": profile.vendor,
+                "memory_gb": profile.memory_gb.value if profile.memory_gb else None,
+                "bandwidth_gbs": profile.bandwidth_gbs.value if profile.bandwidth_gbs else None,
+                "peak_tflops": peak.value if peak else None,
+                "peak_precision": precision,
+                "tdp_w": profile.tdp_w.value if profile.tdp_w else None,
+                "price_usd": profile.price.usd if profile.price else None,
+                "price_estimate": bool(profile.price and profile.price.estimate),
+                "sources": {
+                    key: getattr(profile, key).source
+                    for key in ("memory_gb", "bandwidth_gbs", "tdp_w", "price")
+                    if getattr(profile, key) is not None
+                },
+                "detected": profile_present(profile, host),
+                "auto": profile.name == auto.profile.name,
+            }
+        )
+    host_line = f"This host: {host.describe()}. --device auto resolves to {auto.profile.name} ({auto.note})."
+    return rows, host_line
+
+
+def devices_table(rows: list[dict[str, Any]]) -> Table:
+    columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "peak TFLOP/s", "TDP W", "price USD"]
+    table = _table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
+    for row in rows:
+        mark = "★" if row["auto"] else "●" if row["detected"] else ""
+        table.add_row(
+            mark,
+            row["name"],
+            row["display_name"],
+            row["kind"],
+            _maybe(row["memory_gb"]),
+            _maybe(row["bandwidth_gbs"]),
+            f"{row['peak_tflops']:g} {row['peak_precision']}" if row["peak_tflops"] else "—",
+            _maybe(row["tdp_w"]),
+            (f"{row['price_usd']:,.0f}" + (" est" if row["price_estimate"] else "")) if row["price_usd"] else "—",
+        )
+    return table
+
+
+def ceilings_table(resolved, measured) -> Table:
+    """Measured ceilings next to the profile's datasheet figures."""
+    profile = resolved.profile
+    table = _table(
+        f"Measured ceilings of {profile.name} on {resolved.torch_device} (best of repeated runs)",
+        ["quantity", "measured", "datasheet", "measured / datasheet", "how"],
+        {"measured", "datasheet", "measured / datasheet"},
+    )
+    for ceiling in measured:
+        if ceiling.quantity == "memory_bandwidth":
+            sheet = profile.bandwidth_gbs
+        else:
+            sheet = profile.peak_tflops.get(ceiling.quantity.removeprefix("gemm_"))
+        table.add_row(
+            ceiling.quantity,
+            f"{ceiling.value:.4g} {ceiling.unit}",
+            f"{sheet.value:g} {ceiling.unit}" if sheet else "—",
+            f"{ceiling.value / sheet.value:.0%}" if sheet else "",
+            ceiling.detail,
+        )
+    return table
+
+
+def plan_summary(plans) -> Text:
+    plan = plans[0]
+    c, w = plan.config, plan.workload
+    backends = ", ".join(f"{p.backend.name} ({p.precision})" for p in plans)
+    lines = [
+        f"model      {plan.spec.name}: {plan.footprint.params / 1e6:,.1f}M parameters, spec {plan.spec.spec_hash}",
+        f"device     {plan.device.profile.name} ({plan.device.profile.display_name}) on {plan.device.torch_device}"
+        f" — {plan.device.note}",
+        f"backend    {backends}" + (", interleaved in one process" if len(plans) > 1 else ""),
+        f"workload   {w.cameras} camera(s) × {plan.spec.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
+        f"tokens, {w.steps} denoising steps, chunk {w.chunk}, {w.actions_per_chunk} actions executed per chunk",
+        f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
+        f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",
+        f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
+        f"energy     {energy_plan(plan)}",
+        *(f"warning    {caveat}" for p in plans for caveat in p.caveats),
+    ]
+    return Text("\n".join(lines))
+
+
+def energy_plan(plan) -> str:
+    meter = plan.meter.meter
+    if meter is None:
+        return "not measured (--energy-meter none)"
+    c = plan.config
+    return (
+        f"{meter.method} ({meter.label}, scope {meter.scope}): {c.idle_window_s:g} s idle, then whole inferences "
+        f"for ≥ {c.energy_window_s:g} s in a pass of their own"
+    )
+
+
+def result_tables(result: RunResult) -> list[Any]:
+    timing = result.timing
+    e2e = timing.phases["e2e"].p50
+    table = _table(
+        f"{result.model.name} on {result.device.profile} · {result.backend} {result.precision} · "
+        f"{timing.iterations} timed inferences",
+        ["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"],
+        {"p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"},
+    )
+    for name, label in Phase.LABELS.items():
+        if name not in timing.phases:
+            continue
+        stats = timing.phases[name]
+        share = f"{stats.p50 / e2e:.0%}" if name in Phase.END_TO_END_PARTS else ""
+        cov = Text(f"{stats.cov:.1%}", style="yellow" if stats.cov > 0.05 else "")
+        table.add_row(
+            label,
+            f"{stats.p50:.2f}",
+            f"{stats.p90:.2f}",
+            f"{stats.p99:.2f}",
+            f"{stats.mean:.2f}",
+            f"{stats.stdev:.2f}",
+            cov,
+            share,
+        )
+    control = result.control
+    verdict = Text("MEETS", style="bold green") if control.meets_target else Text("MISSES", style="bold red")
+    summary = Text.assemble(
+        f"control    {control.inference_hz_p50:.2f} inferences/s (p50); {control.action_hz_p50:.1f} actions/s (p50), "
+        f"{control.action_hz_p99:.1f} (p99) at {control.actions_per_chunk} actions per chunk → ",
+        verdict,
+        f" the {control.control_hz:g} Hz target\n",
+        f"memory     peak RSS {result.memory.peak_rss_bytes / GIB:.2f} GiB",
+        f", CUDA max allocated {result.memory.cuda_max_allocated_bytes / GIB:.2f} GiB"
+        if result.memory.cuda_max_allocated_bytes is not None
+        else "",
+        f"; first inference {timing.first_inference_ms:.1f} ms",
+    )
+    warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
+    return [table, Group(summary, correctness_line(result), *optimization_lines(result), *cet_lines(result), *warnings)]
+
+
+def optimization_lines(result: RunResult) -> list[Text]:
+    info = result.optimization
+    if info is None:
+        return []
+    parts = []
+    if info.dp_cache is not None:
+        parts.append(f"DP-Cache computes {info.dp_cache.label()} steps")
+        if info.dp_cache_error is not None:
+            error = info.dp_cache_error
+            parts.append(
+                f"open-loop error vs the exact path: max abs {error.max_abs:.3g}, RMSE {error.rmse:.3g}, "
+                f"cosine {error.cosine:.5f}"
+            )
+    if info.fuse_expert_kv:
+        parts.append("expert prefix K/V hoisted out of the loop (lossless)")
+    return [Text("optimized  " + "; ".join(parts))]
+
+
+def correctness_line(result: RunResult) -> Text:
+    check = result.correctness
+    if check is None:
+        return Text("correct    reference run (torch eager fp32)")
+    verdict = ("PASS", "bold green") if check.passed else ("INVALID", "bold red")
+    return Text.assemble(
+        f"correct    vs torch fp32: actions max |error| {check.max_abs_error:.3g}, cosine {check.cosine:.6f}; "
+        f"denoised displacement error {check.relative_error:.2e} (relative), cosine {check.displacement_cosine:.6f} → ",
+        verdict,
+        f" (tolerance {check.tolerance.max_relative_error:g} / {check.tolerance.min_cosine:g})",
+    )
+
+
+def comparison_table(results: list[RunResult]) -> Table:
+    """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
+    eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
+    table = _table(
+        f"{results[0].model.name} on {results[0].device.profile}: backends compared (interleaved), p50 in ms",
+        [
+            "backend",
+            "prec",
+            "vision",
+            "prefill",
+            "denoise step",
+            "action",
+            "e2e p50",
+            "e2e p99",
+            "speed-up",
+            "error",
+            "valid",
+        ],
+        {"vision", "prefill", "denoise step", "action", "e2e p50", "e2e p99", "speed-up", "error"},
+    )
+    for result in results:
+        phases = result.timing.phases
+        baseline = eager.get(result.precision)
+        check = result.correctness
+        table.add_row(
+            result.backend,
+            result.precision,
+            *(f"{phases[name].p50:.2f}" if name in phases else "fused" for name in Phase.SUMMARY),
+            f"{phases['e2e'].p99:.2f}",
+            f"{baseline / phases['e2e'].p50:.2f}×" if baseline else "—",
+            f"{check.relative_error:.1e}" if check else "ref",
+            Text("yes", style="green") if result.valid else Text("INVALID", style="bold red"),
+        )
+    return table
+
+
+def cet_lines(result: RunResult) -> list[Text]:
+    energy, cost = result.energy, result.cost
+    if energy is None or cost is None:
+        return [Text("energy     not measured")]
+    style = "yellow" if energy.label == "estimated" else "green"
+    lines = [
+        Text.assemble(
+            "energy     ",
+            (energy.label.upper(), f"bold {style}"),
+            f" ({energy.method}, scope {energy.scope}): idle {energy.idle_w:.1f} W, {energy.average_w:.1f} W over "
+            f"{energy.window_s:.1f} s ({energy.window_inferences} inferences) → {energy.joules_per_inference:.2f} "
+            f"J/inference, {energy.joules_per_action:.3f} J/action",
+        )
+    ]
+    meter = energy.meter
+    if energy.label == "estimated":
+        lines.append(
+            Text(
+                f"           assumptions: TDP {meter['tdp_w']:.1f} W ({meter['tdp_source']}), idle "
+                f"{meter['idle_w']:.1f} W ({meter['idle_source']}); {meter['model']}; "
+                f"utilization = {meter['utilization']}",
+                style="dim",
+            )
+        )
+    lines += [Text(f"           {note}", style="dim") for note in energy.notes]
+    basis = "" if cost.basis == "hardware+electricity" else " (electricity only: no purchase price; pass --price-usd)"
+    price = f"${cost.price_usd:,.0f}{' (estimate)' if cost.price_estimate else ''}" if cost.price_usd else "none"
+    lines.append(
+        Text(
+            f"cost       ${cost.usd_per_million_actions:.4g} per 1M actions, ${cost.usd_per_robot_hour:.4g} per "
+            f"robot-hour at {cost.actions_per_robot_hour / 3600:.3g} actions/s{basis}; price {price}, "
+            f"{cost.assumptions.lifetime_years:g} y × {cost.assumptions.duty_cycle:.0%} duty, "
+            f"${cost.assumptions.electricity_usd_per_kwh:g}/kWh"
+        )
+    )
+    feasible, reasons = feasibility(
+        {
+            "device_memory_gb": result.device.memory_gb,
+            "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
+            "actions_per_chunk": result.workload.actions_per_chunk,
+            "latency_p99_ms": result.timing.phases["e2e"].p99,
+            "valid": result.valid,
+        },
+        result.control.control_hz,
+    )
+    lines.append(
+        Text.assemble(
+            "feasible   ",
+            ("yes", "bold green") if feasible else ("no", "bold red"),
+            f" ({'; '.join(reasons) or 'fits in memory and meets the target at p99'})",
+        )
+    )
+    return lines
+
+
+def rank_table(frame, priority: str, control_hz: float) -> Table:
+    table = _table(
+        f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
+        [
+            "#",
+            "model",
+            "device",
+            "backend",
+            "prec",
+            "p50 ms",
+            "p99 ms",
+            "act/s p99",
+            "J/action",
+            "$/1M act",
+            "feasible",
+        ],
+        {"#", "p50 ms", "p99 ms", "act/s p99", "J/action", "$/1M act"},
+    )
+    for row in frame.to_dict("records"):
+        joules = row["joules_per_action"]
+        estimated = " est" if row["energy_label"] == "estimated" else ""
+        energy = f"{joules:.3g}{estimated}" if _present(joules) else "—"
+        cost, electricity = row["usd_per_million_actions"], row["usd_per_million_actions_electricity_only"]
+        dollars = f"{cost:.4g}" if _present(cost) else f"{electricity:.3g} elec." if _present(electricity) else "—"
+        rank_label = str(row["rank"]) if _present(row["rank"]) else ""
+        table.add_row(
+            rank_label + (" ◆" if row["pareto"] else ""),
+            row["model"],
+            row["device"],
+            row["backend"],
+            row["precision"],
+            f"{row['latency_p50_ms']:.1f}",
+            f"{row['latency_p99_ms']:.1f}",
+            f"{row['action_hz_p99']:.1f}",
+            energy,
+            dollars,
+            Text("yes", style="green") if row["feasible"] else Text(f"no: {row['reasons']}", style="red"),
+        )
+    return table
+
+
+def _present(value: object) -> bool:
+    return value is not None and not pd.isna(value)
+
+
+def _count(value: int) -> str:
+    return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M" if value >= 1e6 else f"{value / 1e3:.0f}K"
+
+
+def _maybe(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def loop_table(result) -> Table:
+    """Exact vs V-AEFusion control loop (``vlabench loop``)."""
+    title = (
+        f"Control loop: {result.model} on {result.device} ({result.backend}, {result.precision}), "
+        f"{result.cycles} cycles each, {result.concurrency}"
+    )
+    columns = ["loop", "stale steps", "cycle p50 ms", "p90 ms", "CoV", "actions/s (p50)", "overlap p50 ms"]
+    table = _table(title, columns, set(columns[1:]))
+    for name, variant in (("exact", result.exact), ("V-AEFusion", result.fused)):
+        stats = variant.cycle_ms
+        table.add_row(
+            name,
+            str(variant.stale_steps),
+            f"{stats.p50:.2f}",
+            f"{stats.p90:.2f}",
+            f"{stats.cov:.1%}",
+            f"{variant.action_hz_p50:.1f}",
+            f"{variant.overlap_ms.p50:.2f}",
+        )
+    table.caption = f"speed-up (exact p50 / fused p50): {result.speedup_p50:.3f}×"
+    return table

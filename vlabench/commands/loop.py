@@ -1,0 +1,142 @@
+"""``vlabench loop``: a robot control loop over a sequence of observations, exact vs V-AEFusion, interleaved.
+
+Both loops see the same observations and noise cycle by cycle; their first cycle (synchronous by definition) and
+``warmup`` more are not counted. Reported per cycle: latency, the overlap obtained (from spans), action rate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+
+from vlabench.atomic import atomic_write_text
+from vlabench.commands.run import plan_run
+from vlabench.config import RunConfig
+from vlabench.errors import InputError
+from vlabench.hardware.detection import detect_host
+from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.measure.stats import Stats, summarize
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
+from vlabench.results.schema.provenance import Provenance, collect_provenance
+from vlabench.vocab import Precision
+
+
+class LoopVariant(BaseModel):
+    stale_steps: int
+    cycle_ms: Stats
+    overlap_ms: Stats
+    action_hz_p50: float
+    samples_ms: list[float]
+
+
+class LoopResult(BaseModel):
+    kind: Literal["loop"] = "loop"
+    run_id: str
+    started_utc: datetime
+    model: str
+    device: str
+    backend: str
+    backend_details: dict[str, Any]
+    precision: str
+    workload: Workload
+    dp_cache: DPCacheSchedule | None
+    fuse_expert_kv: bool
+    concurrency: str
+    cycles: int = Field(description="counted cycles per variant")
+    exact: LoopVariant
+    fused: LoopVariant
+    speedup_p50: float = Field(description="exact cycle p50 / fused cycle p50")
+    warnings: list[str]
+    provenance: Provenance
+
+    def stem(self) -> str:
+        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
+        parts = (stamp, self.model, self.device, self.backend, self.precision, f"s{self.fused.stale_steps}")
+        return "_".join((*parts, self.run_id[:8]))
+
+
+def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_dir: Path) -> LoopResult:
+    plan = plan_run(config.model_copy(update={"energy_meter": "none"}))
+    if not 0 <= stale_steps <= plan.workload.steps:
+        raise InputError(f"--fusion-stale-steps must be within 0..{plan.workload.steps}")
+    started = datetime.now(timezone.utc)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    target = plan.device.torch_device
+    policy = plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, config.seed)
+    dtype = Precision.DTYPES[plan.precision]
+    loops = {
+        name: FusionLoop(
+            policy.prefix_lane(),
+            policy,
+            make_sampler(plan.spec, plan.workload, target, plan.schedule),
+            policy.synchronize,
+            steps,
+            target,
+        )
+        for name, steps in (("exact", 0), ("fused", stale_steps))
+    }
+    spans: dict[str, list] = {"exact": [], "fused": []}
+    try:
+        for cycle in range(1 + warmup + cycles):
+            seed = config.seed + cycle
+            obs = synthetic_observation(plan.spec, plan.workload, seed, dtype, target)
+            noise = initial_noise(plan.workload, seed, dtype, target)
+            for name, loop in loops.items():
+                _, cycle_spans = loop.cycle(obs, noise)
+                if cycle > warmup:
+                    spans[name].append(cycle_spans)
+    finally:
+        for loop in loops.values():
+            loop.close()
+    variants = {
+        name: _variant(spans[name], steps, plan.workload.actions_per_chunk)
+        for name, steps in (("exact", 0), ("fused", stale_steps))
+    }
+    warnings = list(plan.caveats)
+    if stale_steps >= PAPER_COLLAPSE_AT:
+        warnings.append(
+            f"{stale_steps} of {plan.workload.steps} steps on a stale prefix: the paper saw task success collapse "
+            f"from {PAPER_COLLAPSE_AT} on; check `vlabench fidelity` before deploying"
+        )
+    result = LoopResult(
+        run_id=uuid.uuid4().hex,
+        started_utc=started,
+        model=plan.spec.name,
+        device=plan.device.profile.name,
+        backend=plan.backend.name,
+        backend_details=policy.details(),
+        precision=plan.precision,
+        workload=plan.workload,
+        dp_cache=plan.schedule,
+        fuse_expert_kv=config.fuse_expert_kv,
+        concurrency="CUDA stream for the prefix" if target.type == "cuda" else "a worker thread for the prefix",
+        cycles=cycles,
+        exact=variants["exact"],
+        fused=variants["fused"],
+        speedup_p50=variants["exact"].cycle_ms.p50 / variants["fused"].cycle_ms.p50,
+        warnings=warnings,
+        provenance=collect_provenance(detect_host(), torch.get_num_threads()),
+    )
+    atomic_write_text(out_dir / f"{result.stem()}.loop.json", result.model_dump_json(indent=2))
+    return result
+
+
+def _variant(spans: list, stale_steps: int, actions_per_chunk: int) -> LoopVariant:
+    latencies = [s.latency_ms for s in spans]
+    overlaps = [s.overlap_ms for s in spans]
+    cycle = summarize(latencies)
+    return LoopVariant(
+        stale_steps=stale_steps,
+        cycle_ms=cycle,
+        overlap_ms=summarize(overlaps),
+        action_hz_p50=actions_per_chunk * 1000.0 / cycle.p50,
+        samples_ms=latencies,
+    )

@@ -1,0 +1,287 @@
+"""Executing a sweep: each run in a child process, results promoted into the results folder with a journal that
+makes the sweep resumable after any crash (even SIGKILL) without partial or duplicate results."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from vlabench.atomic import atomic_write_text
+from vlabench.config import RunConfig
+from vlabench.errors import VlabenchError
+from vlabench.fleet.sweep_file import SweepRun
+
+JOURNAL_DIR = ".sweep"
+MARKER_SUFFIX = ".sweep.json"
+STAGED_SUFFIX = ".staged"
+EXIT_INVALID = 5
+PR_SET_PDEATHSIG = 1
+STDERR_TAIL_CHARS = 4000
+
+Status = Literal["ok", "invalid", "failed", "skipped"]
+
+
+class ChildOutcome(BaseModel):
+    """What one ``vlabench run`` child process produced (sent back from Ray nodes as JSON)."""
+
+    status: Literal["ok", "invalid", "failed"]
+    result_text: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    wall_s: float
+    hostname: str
+    node_id: str | None = None
+
+
+class RunRecord(BaseModel):
+    """The journal entry of one run, written atomically into ``<out>/.sweep/<key>.sweep.json``."""
+
+    key: str
+    label: str
+    status: Status
+    result: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    wall_s: float | None = None
+    e2e_p50_ms: float | None = None
+    placement: str | None = None
+    hostname: str | None = None
+    node_id: str | None = None
+    finished_utc: datetime
+    config: dict[str, Any]
+
+
+def _die_with_parent() -> None:
+    """In the child (Linux): receive SIGKILL when the sweep process dies, so no orphan keeps running."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _failure_reason(code: int, stderr: str) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    detail = " ".join(lines[starts[-1] :]) if starts else (lines[-1] if lines else "no output")
+    return f"exit code {code}: {detail}"
+
+
+def run_child(config: RunConfig, timeout_s: float | None, command: Sequence[str] | None = None) -> ChildOutcome:
+    """Run one benchmark as ``python3 -m vlabench run --config <per-run yaml>`` in its own process group; a crash,
+    a non-zero exit or the timeout (the whole group is killed) becomes a failed outcome with its reason."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="vlabench-sweep-") as temporary:
+        work = Path(temporary)
+        settings = config.model_copy(update={"out": work / "out"}).model_dump(mode="json")
+        (work / "run.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        argv = [*(command or (sys.executable, "-m", "vlabench", "run")), "--config", str(work / "run.yaml")]
+        with open(work / "stderr.log", "wb") as stderr:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            try:
+                code = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                return _outcome("failed", started, reason=f"timed out after {timeout_s:g} s (process group killed)")
+            except BaseException:
+                _kill_group(process)
+                raise
+        produced = sorted((work / "out").glob("*.json"))
+        if code in (0, EXIT_INVALID) and len(produced) == 1:
+            status = "ok" if code == 0 else "invalid"
+            return _outcome(status, started, result_text=produced[0].read_text(), exit_code=code)
+        tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL_CHARS:]
+        reason = _failure_reason(code, tail) if code else f"exit code 0 but {len(produced)} result files"
+        return _outcome("failed", started, reason=reason, exit_code=code)
+
+
+def _outcome(status: str, started: float, **fields: Any) -> ChildOutcome:
+    return ChildOutcome(status=status, wall_s=time.monotonic() - started, hostname=socket.gethostname(), **fields)
+
+
+class SweepStore:
+    """The results folder plus the sweep journal in ``<out>/.sweep/``, held under an exclusive lock.
+
+    A result lands in three atomic steps: staged into the journal folder, the run's marker (naming the result file)
+    written, then the staged file renamed into the results folder. Whatever step a crash interrupts, reopening the
+    store either finishes the rename (marker present) or discards the staged file (run redone): never a partial
+    result, never a duplicate."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.journal = out / JOURNAL_DIR
+        self._lock: int | None = None
+
+    def __enter__(self) -> SweepStore:
+        try:
+            self.journal.mkdir(parents=True, exist_ok=True)
+            self._lock = os.open(self.journal / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise VlabenchError(f"cannot write to {self.out}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise VlabenchError(f"another sweep is writing into {self.out}; wait for it or use another --out") from None
+        self._recover()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+
+    def marker_path(self, key: str) -> Path:
+        return self.journal / f"{key}{MARKER_SUFFIX}"
+
+    def staged_path(self, key: str) -> Path:
+        return self.journal / f"{key}{STAGED_SUFFIX}"
+
+    def _recover(self) -> None:
+        """Finish interrupted promotions, then drop staged and temporary files left by a killed sweep."""
+        for staged in self.journal.glob(f"*{STAGED_SUFFIX}"):
+            record = self.record(staged.name.removesuffix(STAGED_SUFFIX))
+            if record and record.result and record.status in ("ok", "invalid"):
+                os.replace(staged, self.out / record.result)
+            else:
+                staged.unlink()
+        for partial in self.journal.glob(".partial-*"):
+            partial.unlink()
+
+    def record(self, key: str) -> RunRecord | None:
+        path = self.marker_path(key)
+        try:
+            return RunRecord.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError, UnicodeDecodeError):
+            path.unlink(missing_ok=True)
+            return None
+
+    def completed(self, key: str) -> RunRecord | None:
+        """The run's record when it finished (ok or invalid) and its result file is in the results folder."""
+        record = self.record(key)
+        if record and record.status in ("ok", "invalid") and record.result and (self.out / record.result).is_file():
+            return record
+        return None
+
+    def finish(self, run: SweepRun, outcome: ChildOutcome) -> RunRecord:
+        """Journal a run's outcome; a result is validated, then promoted into the results folder."""
+        from vlabench.results.schema import RunResult
+
+        fields: dict[str, Any] = {
+            "key": run.key,
+            "label": run.label,
+            "status": outcome.status,
+            "reason": outcome.reason,
+            "exit_code": outcome.exit_code,
+            "wall_s": outcome.wall_s,
+            "placement": run.placement,
+            "hostname": outcome.hostname,
+            "node_id": outcome.node_id,
+            "finished_utc": datetime.now(timezone.utc),
+            "config": run.config.model_dump(mode="json"),
+        }
+        if outcome.status == "failed" or outcome.result_text is None:
+            record = RunRecord(**{**fields, "status": "failed"})
+            atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
+            return record
+        try:
+            result = RunResult.model_validate_json(outcome.result_text)
+        except ValidationError as exc:
+            reason = f"the run returned an invalid result: {exc.errors()[0]['msg']}"
+            record = RunRecord(**{**fields, "status": "failed", "reason": reason})
+            atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
+            return record
+        record = RunRecord(**fields, result=result.file_name(), e2e_p50_ms=result.timing.phases["e2e"].p50)
+        staged = atomic_write_text(self.staged_path(run.key), outcome.result_text)
+        atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
+        os.replace(staged, self.out / record.result)
+        return record
+
+
+Dispatch = Callable[[list[SweepRun], SweepStore, Callable[[SweepRun], None], Callable[[RunRecord], None]], None]
+
+
+def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -> Dispatch:
+    """A dispatcher that runs the pending runs one after another on this host."""
+
+    def dispatch(
+        runs: list[SweepRun],
+        store: SweepStore,
+        started: Callable[[SweepRun], None],
+        finished: Callable[[RunRecord], None],
+    ) -> None:
+        for run in runs:
+            started(run)
+            finished(store.finish(run, run_child(run.config, timeout_s, command)))
+
+    return dispatch
+
+
+def execute_sweep(
+    runs: list[SweepRun],
+    out: Path,
+    dispatch: Dispatch,
+    started: Callable[[SweepRun], None] = lambda run: None,
+    finished: Callable[[RunRecord], None] = lambda record: None,
+) -> list[RunRecord]:
+    """Skip the runs already completed in ``out``, dispatch the others; one record per run, in sweep order."""
+    with SweepStore(out) as store:
+        records: dict[str, RunRecord] = {}
+        for run in runs:
+            done = store.completed(run.key)
+            if done:
+                records[run.key] = done.model_copy(update={"status": "skipped"})
+        pending = [run for run in runs if run.key not in records]
+
+        def record(entry: RunRecord) -> None:
+            records[entry.key] = entry
+            finished(entry)
+
+        if pending:
+            dispatch(pending, store, started, record)
+    return [records[run.key] for run in runs if run.key in records]
+
+
+def completed_keys(out: Path) -> set[str]:
+    """Keys of the runs already completed in ``out`` (read-only; for ``--dry-run``)."""
+    keys = set()
+    journal = out / JOURNAL_DIR
+    if journal.is_dir():
+        for marker in journal.glob(f"*{MARKER_SUFFIX}"):
+            try:
+                record = RunRecord.model_validate_json(marker.read_text())
+            except (OSError, ValidationError, UnicodeDecodeError):
+                continue
+            if record.status in ("ok", "invalid") and record.result and (out / record.result).is_file():
+                keys.add(record.key)
+    return keys

@@ -1,0 +1,197 @@
+"""Timing loop: warm-up, then interleaved phase-synchronized and unsynchronized iterations."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+from torch import Tensor
+
+from vlabench.measure.action_loops import ActionLoop
+from vlabench.measure.policy import PreparedPolicy
+from vlabench.models.replicas import Observation
+from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading
+from vlabench.vocab import Phase
+
+Progress = Callable[[int, int], None]
+SETTLE_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    warmup: int
+    min_iterations: int
+    min_duration_s: float
+    max_iterations: int
+
+
+class SpanRecorder:
+    """Named wall-clock spans; the target is synchronized at both edges so each span covers finished work."""
+
+    def __init__(self, synchronize: Callable[[], None]) -> None:
+        self.synchronize = synchronize
+        self.samples_ms: dict[str, list[float]] = defaultdict(list)
+        self.events: list[tuple[str, int, int]] = []  # (name, start_ns, end_ns) on the perf_counter clock
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        self.synchronize()
+        start = perf_counter_ns()
+        yield
+        self.synchronize()
+        end = perf_counter_ns()
+        self.samples_ms[name].append((end - start) / 1e6)
+        self.events.append((name, start, end))
+
+
+@dataclass
+class Measurement:
+    samples_ms: dict[str, list[float]]
+    first_inference_ms: float
+    iterations: int
+    timed_duration_s: float
+    actions: Tensor = field(repr=False)
+
+
+def phased_inference(
+    policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor, recorder: SpanRecorder
+) -> Tensor:
+    """One inference with a synchronized span around every phase and every denoising step."""
+    with recorder.span("e2e"):
+        with recorder.span("prefix"):
+            with recorder.span("vision"):
+                image_tokens = policy.embed_images(obs)
+            with recorder.span("prefill"):
+                cache = policy.prefill(obs, image_tokens)
+        with recorder.span("action"):
+            fused = policy.fused_loop()
+            if fused is not None:
+                return fused(cache, noise)
+            return sampler.sample(policy, cache, noise, lambda i: recorder.span(Phase.step_span(i)))
+
+
+def plain_inference(policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor) -> Tensor:
+    """One inference with no synchronization inside; the caller synchronizes once at the end."""
+    fused = policy.fused_loop()
+    cache = policy.prefix(obs)
+    return fused(cache, noise) if fused is not None else sampler.sample(policy, cache, noise)
+
+
+@dataclass
+class Contender:
+    """One prepared policy with its sampler and its inputs (already on its target, in its dtype)."""
+
+    policy: PreparedPolicy
+    sampler: ActionLoop
+    inputs: Sequence[tuple[Observation, Tensor]]
+
+
+def measure(
+    policy: PreparedPolicy,
+    sampler: ActionLoop,
+    inputs: Sequence[tuple[Observation, Tensor]],
+    settings: RunnerSettings,
+    progress: Progress | None = None,
+) -> Measurement:
+    """Warm up, then alternate phased and unsynchronized iterations until both the minimum iteration count and
+    the minimum duration are met (or ``max_iterations`` is reached). Inputs are cycled, already on the target."""
+    return measure_interleaved([Contender(policy, sampler, inputs)], settings, progress)[0]
+
+
+def measure_interleaved(
+    contenders: Sequence[Contender], settings: RunnerSettings, progress: Progress | None = None
+) -> list[Measurement]:
+    """Round-robin one iteration per contender so machine drift affects all of them alike; each stops counting
+    once it has its minimum iterations and its own minimum timed duration."""
+    first_inference_ms = [warm_up(c, settings.warmup) for c in contenders]
+    recorders = [SpanRecorder(c.policy.synchronize) for c in contenders]
+    unsynced: list[list[float]] = [[] for _ in contenders]
+    timed_ns = [0] * len(contenders)
+    iterations = [0] * len(contenders)
+    actions: list[Tensor | None] = [None] * len(contenders)
+
+    def done(i: int) -> bool:
+        enough = iterations[i] >= settings.min_iterations and timed_ns[i] / 1e9 >= settings.min_duration_s
+        return enough or iterations[i] >= settings.max_iterations
+
+    while not all(done(i) for i in range(len(contenders))):
+        for i, contender in enumerate(contenders):
+            if done(i):
+                continue
+            policy, sampler = contender.policy, contender.sampler
+            obs, noise = contender.inputs[iterations[i] % len(contender.inputs)]
+            begin = perf_counter_ns()
+            actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i])
+            policy.synchronize()
+            middle = perf_counter_ns()
+            plain_inference(policy, sampler, obs, noise)
+            policy.synchronize()
+            end = perf_counter_ns()
+            unsynced[i].append((end - middle) / 1e6)
+            timed_ns[i] += end - begin
+            iterations[i] += 1
+        if progress:
+            expected = [_expected_iterations(settings, n, t) for n, t in zip(iterations, timed_ns, strict=True)]
+            progress(sum(iterations), sum(expected))
+    return [
+        Measurement(
+            samples_ms={**recorders[i].samples_ms, "e2e_unsynced": unsynced[i]},
+            first_inference_ms=first_inference_ms[i],
+            iterations=iterations[i],
+            timed_duration_s=timed_ns[i] / 1e9,
+            actions=actions[i],
+        )
+        for i in range(len(contenders))
+    ]
+
+
+def warm_up(contender: Contender, warmup: int) -> float:
+    """Untimed inferences (at least one); returns the first one's latency."""
+    recorder = SpanRecorder(contender.policy.synchronize)
+    for index in range(max(warmup, 1)):
+        obs, noise = contender.inputs[index % len(contender.inputs)]
+        phased_inference(contender.policy, contender.sampler, obs, noise, recorder)
+    return recorder.samples_ms["e2e"][0]
+
+
+def _expected_iterations(settings: RunnerSettings, done: int, elapsed_ns: int) -> int:
+    per_iteration_s = elapsed_ns / 1e9 / done
+    by_duration = int(settings.min_duration_s / per_iteration_s) + 1 if per_iteration_s > 0 else done
+    return min(settings.max_iterations, max(settings.min_iterations, by_duration, done))
+
+
+@dataclass
+class EnergyWindows:
+    idle: EnergyReading
+    busy: EnergyReading
+    iterations: int
+
+
+def measure_energy(
+    policy: PreparedPolicy,
+    sampler: ActionLoop,
+    inputs: Sequence[tuple[Observation, Tensor]],
+    meter: EnergyMeter,
+    window_s: float,
+    idle_s: float,
+) -> EnergyWindows:
+    """A pass of its own (no profiler, no phase spans): after a settling pause so clocks and averaged sensors leave
+    the timing pass behind, idle power first, then whole inferences for ≥ window_s."""
+    policy.synchronize()
+    time.sleep(SETTLE_S)
+    meter.start()
+    time.sleep(idle_s)
+    idle = meter.stop()
+    iterations = 0
+    meter.start()
+    started = perf_counter_ns()
+    while iterations == 0 or (perf_counter_ns() - started) / 1e9 < window_s:
+        obs, noise = inputs[iterations % len(inputs)]
+        plain_inference(policy, sampler, obs, noise)
+        policy.synchronize()
+        iterations += 1
+    return EnergyWindows(idle=idle, busy=meter.stop(), iterations=iterations)

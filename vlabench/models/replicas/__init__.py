@@ -1,0 +1,89 @@
+"""Architecture replicas built from model specs, with seeded random weights."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vlabench.models.replicas.flow_vla import ExpertKV, FlowMatchingVLA, Observation, PrefixCache
+from vlabench.models.replicas.layers import RMSNorm
+from vlabench.models.specs import ModelSpec
+
+__all__ = [
+    "ExpertKV",
+    "FlowMatchingVLA",
+    "Observation",
+    "PrefixCache",
+    "build_replica",
+    "count_parameters",
+    "replica_class",
+]
+
+INIT_STD = 0.02
+FAMILY_CLASSES = {
+    "smolvla": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
+    "pi0": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
+    "pi05": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
+    "gr00t": "vlabench.models.replicas.gr00t:Gr00tPolicy",
+    "openvla": "vlabench.models.replicas.autoregressive:OpenVLA",
+    "openvla-oft": "vlabench.models.replicas.autoregressive:OpenVLA",
+    "pi0-fast": "vlabench.models.replicas.autoregressive:Pi0Fast",
+    "act": "vlabench.models.replicas.act:ACTPolicy",
+    "diffusion-policy": "vlabench.models.replicas.diffusion_policy:DiffusionPolicy",
+}
+
+
+def replica_class(spec: ModelSpec) -> type[nn.Module]:
+    """The replica module of ``spec``'s family."""
+    module, name = FAMILY_CLASSES[spec.family].split(":")
+    return getattr(import_module(module), name)
+
+
+def count_parameters(spec: ModelSpec) -> int:
+    """Exact parameter count of the replica, built on the meta device (no memory allocated)."""
+    with torch.device("meta"):
+        model = replica_class(spec)(spec)
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_replica(spec: ModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """Allocate the replica directly in ``dtype`` on ``device`` and fill it with seeded weights, or with the
+    spec's ``--checkpoint`` weights when it names one.
+
+    Weights are drawn in fp32 on the CPU in a fixed parameter order, so every precision and device gets the
+    same values (rounded), which the correctness gate relies on.
+    """
+    with torch.device("meta"):
+        model = replica_class(spec)(spec)
+    model = model.to_empty(device=device).to(dtype)
+    initialize_weights(model, seed)
+    if spec.checkpoint is not None:
+        from vlabench.models.checkpoints import load_checkpoint
+
+        load_checkpoint(model, Path(spec.checkpoint.rsplit(":", 2)[0]))
+    return model.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def initialize_weights(model: nn.Module, seed: int) -> None:
+    """Every matrix or kernel (≥ 2-D parameter) ~ N(0, 0.02) in module order; biases 0; norm scales at identity
+    (Gemma-style RMSNorm offsets at 0); running statistics at mean 0, variance 1; buffers that hold tables the
+    module computed at construction are recomputed by ``reset_tables``."""
+    generator = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if param.dim() >= 2:
+                param.copy_(torch.randn(param.shape, generator=generator) * INIT_STD)
+            elif name.endswith("bias") or (isinstance(module, RMSNorm) and module.gemma_offset):
+                param.zero_()
+            else:
+                param.fill_(1.0)
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.running_mean.zero_()
+            module.running_var.fill_(1.0)
+        reset = getattr(module, "reset_tables", None)
+        if callable(reset):
+            reset()

@@ -1,0 +1,124 @@
+"""Open-loop fidelity: how far an optimized action chunk is from the exact path's on the same inputs and noise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, Field
+from torch import Tensor
+
+from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+
+
+class ActionError(BaseModel):
+    """Errors of a chunk against the exact chunk; ``relative`` is over the exact denoised displacement."""
+
+    max_abs: float
+    rmse: float
+    cosine: float = Field(description="cosine similarity of the two chunks")
+    relative: float = Field(description="max |error| / max |exact actions - noise|")
+    samples: int = 1
+
+
+def action_error(actions: Tensor, exact: Tensor, noise: Tensor) -> ActionError:
+    """Errors over a batch of chunks (each row one observation); the worst row for max and relative errors."""
+    actions, exact, noise = actions.float().cpu(), exact.float().cpu(), noise.float().cpu()
+    difference = actions - exact
+    scale = (exact - noise).abs().flatten(1).amax(1).clamp_min(1e-12)
+    cosine = F.cosine_similarity(actions.flatten(1), exact.flatten(1), dim=1)
+    return ActionError(
+        max_abs=float(difference.abs().max()),
+        rmse=float(difference.pow(2).mean().sqrt()),
+        cosine=float(cosine.mean()),
+        relative=float((difference.abs().flatten(1).amax(1) / scale).max()),
+        samples=int(actions.shape[0]),
+    )
+
+
+class FidelityVariant(BaseModel):
+    """One action-expert optimization (or a combination) to compare with the exact path."""
+
+    name: str
+    dp_cache: DPCacheSchedule | None = None
+    stale_steps: int = 0
+    fuse_expert_kv: bool = False
+
+
+def default_variants(steps: int) -> list[FidelityVariant]:
+    """Exact; lossless fusion; the paper's settings: rMuscle's DP-Cache set, a stable middle segment, V-AEFusion
+    s ∈ {0,3,5,7,9} (capped at ``steps``), and DP-Cache combined with V-AEFusion s = 5."""
+    variants = [FidelityVariant(name="exact"), FidelityVariant(name="fuse-expert-kv (lossless)", fuse_expert_kv=True)]
+    if steps >= 10:
+        rmuscle = parse_schedule("{0,1,2,6,8,9}", steps)
+        segment = parse_schedule(f"segment:2-{steps - 2}/3", steps)
+        variants += [
+            FidelityVariant(name=f"dp-cache {rmuscle.label()}", dp_cache=rmuscle),
+            FidelityVariant(name=f"dp-cache {segment.label()}", dp_cache=segment),
+        ]
+    for stale in sorted({min(s, steps) for s in (0, 3, 5, 7, 9)}):
+        variants.append(FidelityVariant(name=f"v-aefusion s={stale}", stale_steps=stale))
+    if steps >= 10:
+        variants.append(
+            FidelityVariant(name="dp-cache {0,1,2,6,8,9} + v-aefusion s=5", dp_cache=rmuscle, stale_steps=5)
+        )
+    return variants
+
+
+def drifting_observations(spec: ModelSpec, workload: Workload, count: int, seed: int, device: torch.device):
+    """A control-loop-like sequence: each observation is the previous one moved 10% towards a fresh seeded one
+    (images and state), with the same instruction, so a stale prefix is stale by one cycle of drift."""
+    first = synthetic_observation(spec, workload, seed, torch.float32, device)
+    sequence = [first]
+    for index in range(1, count):
+        fresh = synthetic_observation(spec, workload, seed + index, torch.float32, device)
+        previous = sequence[-1]
+        sequence.append(
+            replace(
+                previous,
+                images=previous.images * (1 - DRIFT) + fresh.images * DRIFT,
+                state=previous.state * (1 - DRIFT) + fresh.state * DRIFT,
+            )
+        )
+    return sequence
+
+
+DRIFT = 0.1
+
+
+def open_loop(
+    spec: ModelSpec,
+    workload: Workload,
+    observations: int,
+    variants: list[FidelityVariant],
+    seed: int,
+    device: torch.device,
+) -> list[tuple[FidelityVariant, ActionError]]:
+    """Every variant against the exact path (fp32 eager torch) on ``observations`` cycles of a drifting sequence:
+    same weights, observations and noise; V-AEFusion's stale prefix is the previous cycle's."""
+    from vlabench.kernels.expert_fusion import ExpertKVHoister
+    from vlabench.measure.action_loops import EulerSampler
+    from vlabench.models.replicas import build_replica
+    from vlabench.optimizations.calibration import concat_caches
+    from vlabench.optimizations.fusion import FusionLoop
+
+    model = build_replica(spec, seed, torch.float32, device)
+    sequence = drifting_observations(spec, workload, observations + 1, seed, device)
+    with torch.inference_mode():
+        caches = [model.prefix(obs) for obs in sequence]
+        noise = torch.cat([initial_noise(workload, seed + i, torch.float32, device) for i in range(observations)])
+        current, previous = concat_caches(caches[1:]), concat_caches(caches[:-1])
+        batch = noise.shape[0]
+        exact = EulerSampler(workload.steps, batch, device).sample(model, current, noise)
+        results = []
+        for variant in variants:
+            hoist = ExpertKVHoister(model, workload.suffix_tokens) if variant.fuse_expert_kv else (lambda c: c)
+            sampler = EulerSampler(workload.steps, batch, device, variant.dp_cache)
+            loop = FusionLoop(hoist, model, sampler, lambda: None, variant.stale_steps, device, concurrent=False)
+            loop.previous = hoist(previous)
+            actions, _ = loop.cycle(current, noise)
+            results.append((variant, action_error(actions, exact, noise)))
+    return results

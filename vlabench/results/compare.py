@@ -1,0 +1,240 @@
+"""``vlabench compare``: match two results folders run by run and flag latency, energy and correctness regressions.
+
+Latency: a seeded percentile bootstrap of the relative difference of medians, (candidate − baseline) / baseline,
+over the raw samples of one phase. A run regressed when the whole confidence interval lies above zero (the slowdown
+is statistically significant) and the point estimate exceeds the relative threshold. Energy results hold one window
+and no dispersion, so joules per action regress when they grow by more than their own relative threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+from rich.table import Table
+
+from vlabench.results.schema.aggregate import load_results
+from vlabench.errors import InputError
+from vlabench.results.schema import RunResult
+
+Verdict = Literal["regression", "improvement", "unchanged", "too few samples", "not comparable", "no data"]
+
+
+class Settings(BaseModel):
+    threshold: float = 0.05
+    energy_threshold: float = 0.05
+    confidence: float = 0.95
+    resamples: int = 5000
+    seed: int = 0
+    phase: str = "e2e"
+
+
+class Latency(BaseModel):
+    baseline_p50_ms: float
+    candidate_p50_ms: float
+    relative_change: float
+    ci_low: float | None
+    ci_high: float | None
+    verdict: Verdict
+
+
+class Energy(BaseModel):
+    baseline_j_per_action: float | None
+    candidate_j_per_action: float | None
+    relative_change: float | None
+    verdict: Verdict
+    note: str = ""
+
+
+class Match(BaseModel):
+    config_hash: str
+    label: str
+    baseline: str
+    candidate: str
+    latency: Latency | None
+    energy: Energy
+    correctness_regressed: bool
+
+    @property
+    def regressed(self) -> bool:
+        latency = self.latency is not None and self.latency.verdict == "regression"
+        return latency or self.energy.verdict == "regression" or self.correctness_regressed
+
+
+class Report(BaseModel):
+    settings: Settings
+    matches: list[Match]
+    only_baseline: list[str]
+    only_candidate: list[str]
+    skipped: list[str]
+
+    @property
+    def regressions(self) -> list[Match]:
+        return [match for match in self.matches if match.regressed]
+
+
+def bootstrap_relative_median_change(
+    baseline: Iterable[float], candidate: Iterable[float], confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """(point, low, high) of (median(candidate) − median(baseline)) / median(baseline), percentile bootstrap."""
+    base, cand = np.asarray(list(baseline), dtype=np.float64), np.asarray(list(candidate), dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    base_medians = np.median(rng.choice(base, size=(resamples, base.size)), axis=1)
+    cand_medians = np.median(rng.choice(cand, size=(resamples, cand.size)), axis=1)
+    changes = (cand_medians - base_medians) / base_medians
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(changes, [alpha, 1.0 - alpha])
+    point = (np.median(cand) - np.median(base)) / np.median(base)
+    return float(point), float(low), float(high)
+
+
+def latency_change(baseline: RunResult, candidate: RunResult, settings: Settings) -> Latency | None:
+    base = baseline.timing.samples_ms.get(settings.phase)
+    cand = candidate.timing.samples_ms.get(settings.phase)
+    if not base or not cand:
+        return None
+    base_p50, cand_p50 = float(np.median(base)), float(np.median(cand))
+    if len(base) < 2 or len(cand) < 2:
+        change = (cand_p50 - base_p50) / base_p50
+        return Latency(
+            baseline_p50_ms=base_p50,
+            candidate_p50_ms=cand_p50,
+            relative_change=change,
+            ci_low=None,
+            ci_high=None,
+            verdict="too few samples",
+        )
+    point, low, high = bootstrap_relative_median_change(
+        base, cand, settings.confidence, settings.resamples, settings.seed
+    )
+    if low > 0 and point > settings.threshold:
+        verdict: Verdict = "regression"
+    elif high < 0 and point < -settings.threshold:
+        verdict = "improvement"
+    else:
+        verdict = "unchanged"
+    return Latency(
+        baseline_p50_ms=base_p50,
+        candidate_p50_ms=cand_p50,
+        relative_change=point,
+        ci_low=low,
+        ci_high=high,
+        verdict=verdict,
+    )
+
+
+def energy_change(baseline: RunResult, candidate: RunResult, settings: Settings) -> Energy:
+    base, cand = baseline.energy, candidate.energy
+    if base is None or cand is None:
+        return Energy(baseline_j_per_action=None, candidate_j_per_action=None, relative_change=None, verdict="no data")
+    values = {"baseline_j_per_action": base.joules_per_action, "candidate_j_per_action": cand.joules_per_action}
+    if (base.label, base.method) != (cand.label, cand.method):
+        note = f"{base.label} {base.method} vs {cand.label} {cand.method}"
+        return Energy(**values, relative_change=None, verdict="not comparable", note=note)
+    change = (cand.joules_per_action - base.joules_per_action) / base.joules_per_action
+    verdict: Verdict = "unchanged"
+    if change > settings.energy_threshold:
+        verdict = "regression"
+    elif change < -settings.energy_threshold:
+        verdict = "improvement"
+    return Energy(**values, relative_change=change, verdict=verdict, note=base.label)
+
+
+def run_label(result: RunResult) -> str:
+    parts = [result.model.name, result.device.profile, result.backend, result.precision]
+    optimization = result.optimization
+    if optimization and optimization.dp_cache:
+        parts.append("dp-cache {" + ",".join(map(str, optimization.dp_cache.computed)) + "}")
+    if optimization and optimization.fuse_expert_kv:
+        parts.append("fuse-expert-kv")
+    return " ".join(parts)
+
+
+def _latest_by_identity(folder: Path) -> tuple[dict[str, tuple[Path, RunResult]], list[str]]:
+    loaded, skipped = load_results([folder])
+    latest: dict[str, tuple[Path, RunResult]] = {}
+    for path, result in sorted(loaded, key=lambda item: item[1].finished_utc):
+        latest[result.config_hash] = (path, result)
+    return latest, skipped
+
+
+def compare_folders(baseline: Path, candidate: Path, settings: Settings) -> Report:
+    """Every run of the candidate folder against the baseline run of the same config identity (the latest one)."""
+    for name, value in (("threshold", settings.threshold), ("energy-threshold", settings.energy_threshold)):
+        if value < 0:
+            raise InputError(f"--{name} must be ≥ 0, not {value}")
+    if not 0 < settings.confidence < 1:
+        raise InputError(f"--confidence must be between 0 and 1 (exclusive), not {settings.confidence}")
+    if settings.resamples < 100:
+        raise InputError(f"--resamples must be ≥ 100, not {settings.resamples}")
+    base_runs, base_skipped = _latest_by_identity(baseline)
+    cand_runs, cand_skipped = _latest_by_identity(candidate)
+    matches = []
+    for key in sorted(base_runs.keys() & cand_runs.keys(), key=lambda k: run_label(cand_runs[k][1])):
+        (base_path, base), (cand_path, cand) = base_runs[key], cand_runs[key]
+        matches.append(
+            Match(
+                config_hash=key,
+                label=run_label(cand),
+                baseline=str(base_path),
+                candidate=str(cand_path),
+                latency=latency_change(base, cand, settings),
+                energy=energy_change(base, cand, settings),
+                correctness_regressed=base.valid and not cand.valid,
+            )
+        )
+    return Report(
+        settings=settings,
+        matches=matches,
+        only_baseline=sorted(f"{run_label(r)} ({p})" for k, (p, r) in base_runs.items() if k not in cand_runs),
+        only_candidate=sorted(f"{run_label(r)} ({p})" for k, (p, r) in cand_runs.items() if k not in base_runs),
+        skipped=[*base_skipped, *cand_skipped],
+    )
+
+
+STYLES = {"regression": "bold red", "improvement": "green"}
+
+
+def _styled(verdict: str) -> str:
+    return f"[{STYLES[verdict]}]{verdict}[/]" if verdict in STYLES else verdict
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def compare_table(report: Report) -> Table:
+    settings = report.settings
+    table = Table(
+        title=(
+            f"{len(report.matches)} matched runs, {len(report.regressions)} regressed ({settings.phase} latency: "
+            f"{settings.confidence:.0%} bootstrap CI of the median change, threshold {settings.threshold:.0%}; energy "
+            f"threshold {settings.energy_threshold:.0%})"
+        ),
+        title_justify="left",
+    )
+    for column in ("run", "base p50 ms", "cand p50 ms", "Δ median", "CI", "latency", "J/action Δ", "energy"):
+        table.add_column(column, justify="left" if column in ("run", "latency", "energy") else "right")
+    for match in report.matches:
+        latency, energy = match.latency, match.energy
+        verdict = latency.verdict if latency else "no data"
+        ci = (
+            f"[{_percent(latency.ci_low)}, {_percent(latency.ci_high)}]"
+            if latency and latency.ci_low is not None
+            else "—"
+        )
+        energy_cell = _styled(energy.verdict) + (f" ({energy.note})" if energy.note else "")
+        label = match.label + (" [bold red]INVALID (correctness gate)[/]" if match.correctness_regressed else "")
+        table.add_row(
+            label,
+            f"{latency.baseline_p50_ms:.2f}" if latency else "—",
+            f"{latency.candidate_p50_ms:.2f}" if latency else "—",
+            _percent(latency.relative_change if latency else None),
+            ci,
+            _styled(verdict),
+            _percent(energy.relative_change),
+            energy_cell,
+        )
+    return table

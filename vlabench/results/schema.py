@@ -1,0 +1,168 @@
+"""The versioned result schema and its atomic, one-file-per-run store."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from vlabench.atomic import atomic_write_text
+from vlabench.analysis.cet import CostReport
+from vlabench.config import RunConfig
+from vlabench.measure.correctness import Correctness
+from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.errors import InputError
+from vlabench.optimizations.fidelity import ActionError
+from vlabench.results.schema.provenance import Provenance
+from vlabench.analysis.roofline import RooflineReport
+from vlabench.measure.stats import Stats
+from vlabench.telemetry.system_state import SystemState
+from vlabench.models.workload import Workload
+
+SCHEMA_VERSION = "1.0"
+
+
+class ModelInfo(BaseModel):
+    name: str
+    family: str
+    spec_hash: str
+    params: int
+    tokens_per_camera: int
+    checkpoint: str | None = Field(default=None, description="lerobot weights loaded (path:size:mtime); None: seeded")
+
+
+class DeviceInfo(BaseModel):
+    requested: str
+    profile: str
+    display_name: str
+    kind: str
+    torch_device: str
+    note: str
+    memory_gb: float | None = Field(description="device memory from the profile, or host RAM for CPUs without one")
+    price_usd: float | None
+
+
+class Timing(BaseModel):
+    """Wall-clock latency per phase, in ms. ``e2e_unsynced`` has no synchronization inside the inference."""
+
+    source: Literal["measured"] = "measured"
+    phases: dict[str, Stats]
+    denoise_steps: list[Stats] = Field(description="per denoising step index")
+    first_inference_ms: float
+    warmup_iterations: int
+    iterations: int
+    timed_duration_s: float
+    samples_ms: dict[str, list[float]]
+
+
+class ControlVerdict(BaseModel):
+    """Whether the policy sustains ``control_hz`` actions per second, executing ``actions_per_chunk`` per chunk."""
+
+    control_hz: float
+    actions_per_chunk: int
+    inference_hz_p50: float
+    inference_hz_p99: float
+    action_hz_p50: float
+    action_hz_p99: float
+    judged_on: Literal["p99"] = "p99"
+    meets_target: bool
+
+
+class EnergyResult(BaseModel):
+    """Energy of whole inferences over one window, measured in a pass of its own after an idle window."""
+
+    label: Literal["measured", "estimated"]
+    method: str
+    scope: str
+    sampling_period_s: float | None
+    meter: dict[str, Any] = Field(description="sensor paths, rails or the assumptions behind an estimate")
+    idle_window_s: float
+    idle_w: float
+    window_s: float
+    window_inferences: int
+    average_w: float
+    joules_per_inference: float
+    joules_per_action: float
+    dynamic_joules_per_inference: float = Field(description="above idle power: (average - idle) W × time")
+    notes: list[str]
+
+
+class MemoryInfo(BaseModel):
+    params: int
+    weights_bytes: int
+    estimated_total_bytes: int
+    peak_rss_bytes: int
+    cuda_max_allocated_bytes: int | None
+
+
+class Optimization(BaseModel):
+    """Action-expert optimizations of the run. DP-Cache is lossy: its open-loop error against the exact path (fp32
+    torch, first input) is stored; the correctness gate then judges the backend against the same schedule."""
+
+    dp_cache: DPCacheSchedule | None
+    fuse_expert_kv: bool
+    dp_cache_error: ActionError | None
+
+
+class RunResult(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    config_hash: str
+    started_utc: datetime
+    finished_utc: datetime
+    config: RunConfig
+    workload: Workload
+    model: ModelInfo
+    device: DeviceInfo
+    backend: str
+    backend_details: dict[str, Any]
+    precision: str
+    timing: Timing
+    control: ControlVerdict
+    correctness: Correctness | None = Field(default=None, description="None for the fp32 eager torch reference")
+    energy: EnergyResult | None
+    cost: CostReport | None
+    memory: MemoryInfo
+    warnings: list[str]
+    system_state: SystemState
+    provenance: Provenance
+    optimization: Optimization | None = None
+    roofline: RooflineReport | None = Field(
+        default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
+    )
+
+    @property
+    def valid(self) -> bool:
+        """False when the run failed the correctness gate; invalid runs are never ranked."""
+        return self.correctness is None or self.correctness.passed
+
+    def file_name(self) -> str:
+        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
+        parts = (stamp, self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
+        return "_".join(parts) + ".json"
+
+
+def write_result(result: RunResult, out_dir: Path) -> Path:
+    """Write one result file atomically (see ``atomic_write_text``)."""
+    return atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
+
+
+def load_result(path: Path) -> RunResult:
+    """Read and validate a result file; malformed or foreign files raise InputError naming the problem."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise InputError(f"{path}: schema_version {found!r} is not the supported {SCHEMA_VERSION!r}")
+    try:
+        return RunResult.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{path}: invalid result at {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

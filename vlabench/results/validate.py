@@ -1,0 +1,114 @@
+"""``vlabench validate``: is every result in a folder fit for publication? Lists each problem with file and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from rich.table import Table
+
+from vlabench.results.schema.aggregate import _is_result_name
+from vlabench.backends import BACKENDS
+from vlabench.measure.correctness import needs_reference
+from vlabench.errors import InputError
+from vlabench.results.schema import SCHEMA_VERSION, RunResult
+
+
+class Requirements(BaseModel):
+    min_iterations: int = 10
+    min_duration_s: float = 10.0
+    allow_dirty: bool = False
+    require_measured_energy: bool = False
+
+
+class Problem(BaseModel):
+    file: str
+    field: str
+    message: str
+
+
+def result_files(root: Path) -> list[Path]:
+    if not root.exists():
+        raise InputError(f"{root}: no such file or folder")
+    if root.is_file():
+        return [root]
+    return sorted(path for path in root.rglob("*.json") if _is_result_name(path.name))
+
+
+def validate_folder(root: Path, requirements: Requirements) -> tuple[list[Path], list[Problem]]:
+    """The result files found and every problem in them."""
+    files = result_files(root)
+    problems = [problem for path in files for problem in validate_file(path, requirements)]
+    return files, problems
+
+
+def validate_file(path: Path, requirements: Requirements) -> list[Problem]:
+    def problem(field: str, message: str) -> Problem:
+        return Problem(file=str(path), field=field, message=message)
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return [problem("<file>", f"cannot read: {exc}")]
+    except json.JSONDecodeError as exc:
+        return [problem("<file>", f"not valid JSON: {exc}")]
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        return [problem("schema_version", f"{found!r} is not the supported {SCHEMA_VERSION!r}")]
+    try:
+        result = RunResult.model_validate(data)
+    except ValidationError as exc:
+        return [problem(".".join(map(str, e["loc"])) or "<root>", e["msg"]) for e in exc.errors()]
+    return [problem(field, message) for field, message in publication_problems(result, requirements)]
+
+
+def publication_problems(result: RunResult, requirements: Requirements) -> list[tuple[str, str]]:
+    found = []
+    provenance = result.provenance
+    if not provenance.git_revision:
+        found.append(("provenance.git_revision", "missing: the vlabench revision that measured this is unknown"))
+    if provenance.git_dirty and not requirements.allow_dirty:
+        found.append(("provenance.git_dirty", "measured from a modified working tree (--allow-dirty accepts it)"))
+    for field in ("vlabench_version", "python", "os", "cpu_model"):
+        if not getattr(provenance, field):
+            found.append((f"provenance.{field}", "missing"))
+    if "torch" not in provenance.libraries:
+        found.append(("provenance.libraries", "the torch version is not recorded"))
+    if not provenance.command_line:
+        found.append(("provenance.command_line", "missing"))
+    if result.correctness is None:
+        backend = BACKENDS.get(result.backend)
+        if needs_reference(backend is not None and backend.is_reference, result.precision):
+            found.append(("correctness", f"{result.backend} {result.precision} has no correctness check"))
+    elif not result.correctness.passed:
+        error = result.correctness.relative_error
+        found.append(("correctness.passed", f"failed the correctness gate (relative action error {error:.2e})"))
+    timing = result.timing
+    if timing.iterations < requirements.min_iterations:
+        found.append(("timing.iterations", f"{timing.iterations} < the required {requirements.min_iterations}"))
+    if timing.timed_duration_s < requirements.min_duration_s:
+        found.append(
+            (
+                "timing.timed_duration_s",
+                f"{timing.timed_duration_s:.2f} s < the required {requirements.min_duration_s:g} s",
+            )
+        )
+    energy = result.energy
+    if energy is None:
+        found.append(("energy", "no energy measurement (the run used --energy-meter none)"))
+    else:
+        if not energy.method or not energy.scope:
+            found.append(("energy.method", "the sensor method and scope must be declared"))
+        if requirements.require_measured_energy and energy.label != "measured":
+            found.append(("energy.label", f"{energy.label} ({energy.method}), not measured by a sensor"))
+    return found
+
+
+def problems_table(problems: list[Problem]) -> Table:
+    table = Table(title=f"{len(problems)} problems", title_justify="left")
+    for column in ("file", "field", "problem"):
+        table.add_column(column, overflow="fold")
+    for problem in problems:
+        table.add_row(problem.file, problem.field, problem.message)
+    return table

@@ -1,0 +1,128 @@
+"""Wall power from an external meter's CSV log (``timestamp,watts`` rows, written by the meter's own logger)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from vlabench.errors import InputError, UnavailableError
+from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading, integrate_power
+
+TIME_COLUMNS = ("timestamp", "time", "unix_time", "ts")
+POWER_COLUMNS = ("power_w", "watts", "w", "power")
+
+
+def parse_timestamp(text: str) -> float:
+    """UNIX seconds, or ISO-8601 (a trailing Z is UTC; without an offset the host's local time zone is assumed)."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    value = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    return datetime.fromisoformat(value).timestamp()
+
+
+def _is_timestamp(text: str) -> bool:
+    try:
+        parse_timestamp(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _columns(header: list[str], path: Path) -> tuple[int, int]:
+    names = [h.strip().lower() for h in header]
+    time_index = next((names.index(c) for c in TIME_COLUMNS if c in names), 0)
+    power_index = next((names.index(c) for c in POWER_COLUMNS if c in names), None)
+    if power_index is None:
+        raise InputError(f"{path}: header {header} has no power column; name it one of {', '.join(POWER_COLUMNS)}")
+    return time_index, power_index
+
+
+def read_power_log(path: str | Path) -> list[tuple[float, float]]:
+    """(UNIX time, watts) rows of a CSV power log, sorted; the header is optional (without one: timestamp, watts).
+
+    An unterminated last line that does not parse is taken as a row the logger is still writing and skipped.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UnavailableError(f"cannot read the power log {path} ({error.strerror})") from error
+    lines = text.splitlines()
+    rows = [(n, row) for n, row in enumerate(csv.reader(lines), 1) if row and not row[0].startswith("#")]
+    time_index, power_index = 0, 1
+    if rows and not _is_timestamp(rows[0][1][0]):
+        time_index, power_index = _columns(rows.pop(0)[1], path)
+    samples = []
+    for line, row in rows:
+        try:
+            t, watts = parse_timestamp(row[time_index]), float(row[power_index])
+        except (IndexError, ValueError) as error:
+            if line == len(lines) and not text.endswith("\n"):
+                break
+            raise InputError(f"{path}:{line}: malformed power log row {','.join(row)!r} ({error})") from error
+        if not (math.isfinite(t) and math.isfinite(watts)):
+            raise InputError(f"{path}:{line}: non-finite value in power log row {','.join(row)!r}")
+        samples.append((t, watts))
+    return sorted(samples)
+
+
+class ExternalCsvMeter(EnergyMeter):
+    """Integrates the rows of an external wall-power meter's log that fall in (or bracket) the window.
+
+    The log is re-read at stop(); the meter's clock and this host's must agree (both UNIX time).
+    """
+
+    method = "external-csv"
+    scope = "wall"
+    label = "measured"
+    sampling_period_s = None  # set by the external logger; describe() reports the median spacing seen
+
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self._t0: float | None = None
+        self._median_spacing_s: float | None = None
+
+    def start(self) -> None:
+        self._t0 = self.clock()
+
+    def stop(self) -> EnergyReading:
+        if self._t0 is None:
+            raise RuntimeError("ExternalCsvMeter.stop() called without start()")
+        t0, t1 = self._t0, self.clock()
+        self._t0 = None
+        samples = read_power_log(self.path)
+        before = [s for s in samples if s[0] <= t0][-1:]
+        after = [s for s in samples if s[0] >= t1][:1]
+        used = [*before, *(s for s in samples if t0 < s[0] < t1), *after]
+        spacings = [b[0] - a[0] for a, b in itertools.pairwise(samples)]
+        self._median_spacing_s = statistics.median(spacings) if spacings else None
+        slack = self._median_spacing_s or 0.0
+        if len(used) < 2 or used[0][0] > t0 + slack or used[-1][0] < t1 - slack:
+            raise UnavailableError(
+                f"the power log {self.path} must cover the run with at least two samples: it has {len(used)} in or "
+                f"around the window {t0:.3f}..{t1:.3f} (UNIX s); start the meter's logger before the run, let it "
+                "flush after, and check both clocks agree"
+            )
+        return EnergyReading(joules=integrate_power(used, t0, t1), duration_s=t1 - t0, samples=len(used))
+
+    def close(self) -> None:
+        """Nothing to release: the log is only read at stop()."""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "log": str(self.path),
+            "median_sample_spacing_s": self._median_spacing_s,
+            "notes": "whole-system power at the wall socket, including the PSU's losses and idle components",
+        }

@@ -1,0 +1,100 @@
+"""Pick the best energy meter for the device a run uses, or the one the user asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vlabench.errors import InputError, UnavailableError, unknown_name
+from vlabench.hardware.detection import HostInfo
+from vlabench.hardware.devices import DeviceProfile
+from vlabench.telemetry.energy.base import EnergyMeter
+from vlabench.telemetry.energy.estimated import EstimatedMeter
+from vlabench.telemetry.energy.external import ExternalCsvMeter
+from vlabench.telemetry.energy.jetson import JetsonInaMeter, TegrastatsMeter
+from vlabench.telemetry.energy.nvml import nvml_meter
+from vlabench.telemetry.energy.rapl import RaplMeter
+
+METERS: dict[str, Callable[[], EnergyMeter]] = {
+    "nvml": lambda: nvml_meter(0),
+    "jetson-ina3221": JetsonInaMeter,
+    "tegrastats": TegrastatsMeter,
+    "rapl": RaplMeter,
+}
+CHOICES = ("auto", *METERS, "estimated", "none")
+ASSUMED_WATTS_PER_CORE = 6.0
+ASSUMED_IDLE_SHARE = 0.3
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    tdp_w: float
+    tdp_source: str
+    idle_w: float
+    idle_source: str
+
+
+@dataclass
+class MeterChoice:
+    meter: EnergyMeter | None
+    notes: list[str]
+
+
+def estimate_inputs(
+    profile: DeviceProfile, host: HostInfo, tdp_w: float | None, idle_w: float | None
+) -> EstimateInputs:
+    """TDP and idle power for estimated energy: the user's values, else the profile's, else stated assumptions."""
+    if tdp_w is not None:
+        tdp, tdp_source = tdp_w, "--tdp-w"
+    elif profile.tdp_w is not None:
+        tdp, tdp_source = profile.tdp_w.value, f"profile {profile.name}: {profile.tdp_w.source}"
+    else:
+        tdp = host.physical_cores * ASSUMED_WATTS_PER_CORE
+        tdp_source = f"assumption: {host.physical_cores} cores × {ASSUMED_WATTS_PER_CORE:g} W per core"
+    if idle_w is not None:
+        idle, idle_source = idle_w, "--idle-w"
+    elif profile.idle_w is not None and tdp_w is None:
+        idle, idle_source = profile.idle_w.value, f"profile {profile.name}: {profile.idle_w.source}"
+    else:
+        idle, idle_source = tdp * ASSUMED_IDLE_SHARE, f"assumption: {ASSUMED_IDLE_SHARE:.0%} of TDP"
+    return EstimateInputs(tdp, tdp_source, min(idle, tdp), idle_source)
+
+
+def auto_order(profile: DeviceProfile) -> list[str]:
+    """Measured sensors the profile lists, in the order they appear, else what its device type usually has."""
+    listed = [name for name in profile.sensors if name in METERS]
+    if listed:
+        return listed
+    return {"cuda": ["nvml"], "cpu": ["rapl"]}.get(profile.torch_device, [])
+
+
+def choose_meter(
+    requested: str,
+    profile: DeviceProfile,
+    host: HostInfo,
+    energy_log: Path | None = None,
+    tdp_w: float | None = None,
+    idle_w: float | None = None,
+) -> MeterChoice:
+    if requested not in CHOICES:
+        raise unknown_name("energy meter", requested, CHOICES)
+    if energy_log is not None:
+        if requested != "auto":
+            raise InputError("--energy-log is an external meter's log; do not combine it with --energy-meter")
+        return MeterChoice(ExternalCsvMeter(energy_log), [f"external power log {energy_log}"])
+    if requested == "none":
+        return MeterChoice(None, ["energy not measured (--energy-meter none)"])
+    if requested in METERS:
+        return MeterChoice(METERS[requested](), [])
+    notes = []
+    if requested == "auto":
+        for name in auto_order(profile):
+            try:
+                return MeterChoice(METERS[name](), [])
+            except UnavailableError as exc:
+                notes.append(f"{name} unavailable: {exc}")
+    inputs = estimate_inputs(profile, host, tdp_w, idle_w)
+    meter = EstimatedMeter(inputs.tdp_w, inputs.idle_w, tdp_source=inputs.tdp_source, idle_source=inputs.idle_source)
+    notes.append("energy is estimated from TDP and utilization, not measured")
+    return MeterChoice(meter, notes)

@@ -1,0 +1,85 @@
+"""The one home of phase and precision names.
+
+``Phase``: the ordered phase names a run measures, their labels, and the per-step span names (``denoise_step[i]``)
+with their parsing. ``Precision``: the precisions vlabench runs, their torch dtypes and element sizes, and the single
+rule that picks the default precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar, Literal
+
+import torch
+
+from vlabench.errors import unknown_name
+
+ModelPhase = Literal["vision", "prefill", "denoise_step"]
+
+
+class Phase:
+    """Phase names, in execution order. Phase 1 (the prefix) is vision + prefill; phase 2 (the action) is the loop."""
+
+    VISION = "vision"
+    PREFILL = "prefill"
+    PREFIX = "prefix"
+    DENOISE_STEP = "denoise_step"
+    ACTION = "action"
+    E2E = "e2e"
+    E2E_UNSYNCED = "e2e_unsynced"
+
+    MODEL: tuple[ModelPhase, ...] = ("vision", "prefill", "denoise_step")
+    """The phases a model's operators belong to (FLOPs, bytes, roofline rows)."""
+    SUMMARY = ("vision", "prefill", "denoise_step", "action", "e2e")
+    """The phases every table, roofline and profile summary shows."""
+    RECORDED = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
+    """The phases a run result's timing holds."""
+    END_TO_END_PARTS = ("vision", "prefill", "action")
+    """The phases whose sum is one inference."""
+
+    LABELS: ClassVar[dict[str, str]] = {
+        "vision": "vision encoder",
+        "prefill": "VLM prefill",
+        "prefix": "prefix (vision + prefill)",
+        "denoise_step": "denoise step (each)",
+        "action": "action expert (all steps)",
+        "e2e": "end-to-end",
+        "e2e_unsynced": "end-to-end, no inner sync",
+    }
+
+    @staticmethod
+    def step_span(index: int) -> str:
+        """The span name of one action-loop step."""
+        return f"denoise_step[{index}]"
+
+    @staticmethod
+    def of_span(span: str) -> str:
+        """The phase a span belongs to: every ``denoise_step[i]`` counts as ``denoise_step``."""
+        return Phase.DENOISE_STEP if span.startswith("denoise_step[") else span
+
+
+class Precision:
+    """Numeric precisions: names, torch dtypes, bytes per element, and the default rule."""
+
+    DTYPES: ClassVar[dict[str, torch.dtype]] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    BYTES: ClassVar[dict[str, int]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+    REFERENCE = "fp32"
+    REDUCED = ("bf16", "fp16")
+    """Reduced precisions in order of preference (bf16 keeps fp32's range)."""
+
+    @staticmethod
+    def parse(name: str) -> str:
+        if name not in Precision.DTYPES:
+            raise unknown_name("precision", name, Precision.DTYPES)
+        return name
+
+    @staticmethod
+    def default(on_cpu: bool, available: Iterable[str]) -> str:
+        """The one default-precision rule: fp32 on CPUs; elsewhere the first reduced precision available, else fp32.
+
+        ``available`` is what the target supports: a backend's precisions on a GPU, or a profile's quoted peaks.
+        """
+        if on_cpu:
+            return Precision.REFERENCE
+        offered = set(available)
+        return next((p for p in Precision.REDUCED if p in offered), Precision.REFERENCE)
