@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from vlabench.cli.app.views.run import comparison_table
+from vlabench.cli.views.run import comparison_table
 from vlabench.commands.run import backend_names, execute_many, plan_run, plan_runs
 from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError, VlabenchError

@@ -21,7 +21,7 @@ from vlabench.analysis.cet import Priority
 from vlabench.errors import InputError, VlabenchError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
-from vlabench.results.schema.aggregate import load_results
+from vlabench.results.aggregate import load_results
 
 from . import charts
 from .reported import reported_entries

@@ -14,8 +14,8 @@ import pandas as pd
 from vlabench.analysis.cet import Priority, rank
 from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
+from vlabench.results.aggregate import results_frame
 from vlabench.results.schema import RunResult
-from vlabench.results.schema.aggregate import results_frame
 
 from .reported import ReportedEntry
 

@@ -11,8 +11,8 @@ from vlabench.commands.run import execute_many, plan_run
 from vlabench.config import RunConfig
 from vlabench.measure.correctness import TOLERANCES, compare
 from vlabench.models.replicas import build_replica
+from vlabench.results.aggregate import load_results, results_frame
 from vlabench.results.schema import write_result
-from vlabench.results.schema.aggregate import load_results, results_frame
 from vlabench.vocab import Precision
 
 QUICK = dict(warmup=1, min_iterations=2, min_duration_s=0, threads=1, energy_meter="none")

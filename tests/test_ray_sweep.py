@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from vlabench.fleet.local_runner import RunRecord
-from vlabench.results.schema.aggregate import load_results
+from vlabench.results.aggregate import load_results
 
 pytest.importorskip("ray")
 

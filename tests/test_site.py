@@ -22,7 +22,7 @@ from vlabench.leaderboard_site.build import MARKER, build_site
 from vlabench.leaderboard_site.reported import reported_entries
 from vlabench.leaderboard_site.rows import slug
 from vlabench.leaderboard_site.serve import make_server
-from vlabench.results.schema.aggregate import load_results, results_frame
+from vlabench.results.aggregate import load_results, results_frame
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "site"

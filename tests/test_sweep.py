@@ -31,8 +31,8 @@ from vlabench.fleet.local_runner import (
     run_locally,
 )
 from vlabench.fleet.sweep_file import SweepFile, expand, parse_sweep, run_key
+from vlabench.results.aggregate import load_results
 from vlabench.results.schema import RunResult, load_result, write_result
-from vlabench.results.schema.aggregate import load_results
 
 FAST = {
     "device": "cpu",

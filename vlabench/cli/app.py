@@ -218,7 +218,7 @@ def run(
     run_config = build_run_config(config, flags)
     plans, skipped = plan_runs(run_config)
     info = err if as_json else out
-    from vlabench.cli.app.views.run import comparison_table, plan_summary, result_tables
+    from vlabench.cli.views.run import comparison_table, plan_summary, result_tables
 
     info.print(plan_summary(plans))
     for reason in skipped:
@@ -296,7 +296,7 @@ class RunProgress:
 @reports_errors
 def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
     """List the model replicas: parameters, prefix tokens, denoising steps, chunk."""
-    from vlabench.cli.app.views.run import model_rows, models_table
+    from vlabench.cli.views.run import model_rows, models_table
 
     rows = model_rows()
     if as_json:
@@ -317,7 +317,7 @@ def devices(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the device profiles and mark the hardware detected on this host."""
-    from vlabench.cli.app.views.run import ceilings_table, device_rows, devices_table
+    from vlabench.cli.views.run import ceilings_table, device_rows, devices_table
 
     rows, host_line = device_rows()
     ceilings = measured_ceilings(precision) if measure else None
@@ -361,8 +361,8 @@ def rank(
 ) -> None:
     """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""
     from vlabench.analysis.cet import rank as rank_frame
-    from vlabench.cli.app.views.run import rank_table
-    from vlabench.results.schema.aggregate import load_results, results_frame
+    from vlabench.cli.views.run import rank_table
+    from vlabench.results.aggregate import load_results, results_frame
 
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
@@ -408,7 +408,7 @@ def profile(
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile JSON instead of tables.")] = False,
 ) -> None:
     """Trace phases with utilization counters (Chrome/Perfetto JSON) and summarize each phase against the roofline."""
-    from vlabench.cli.app.views.roofline import passes_table, profile_table
+    from vlabench.cli.views.roofline import passes_table, profile_table
     from vlabench.commands.profile import ProfileSettings, run_profile
 
     if iterations < 1 or min_duration < 0 or (sample_ms is not None and sample_ms <= 0):
@@ -485,7 +485,7 @@ def roofline(
     """FLOPs and bytes per phase, layer and operator against datasheet and measured ceilings; projection to any
     profiled device with a feasibility verdict."""
     from vlabench.analysis.roofline_chart import write_roofline_html
-    from vlabench.cli.app.views.roofline import roofline_renderables
+    from vlabench.cli.views.roofline import roofline_renderables
     from vlabench.commands.roofline import RooflineRequest, default_precision, resolve_profile, run_roofline
     from vlabench.vocab import Precision
 
@@ -546,7 +546,7 @@ def loop(
     as_json: Annotated[bool, typer.Option("--json", help="Print the loop JSON instead of a table.")] = False,
 ) -> None:
     """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
-    from vlabench.cli.app.views.run import loop_table
+    from vlabench.cli.views.run import loop_table
     from vlabench.commands.loop import run_loop
 
     if cycles < 1 or warmup < 0:
@@ -725,7 +725,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Run a matrix of benchmarks, each in a child process; resumable, locally or on a Ray cluster."""
-    from vlabench.cli.app.views.sweep import SweepProgress, runs_table, summary_table
+    from vlabench.cli.views.sweep import SweepProgress, runs_table, summary_table
     from vlabench.fleet.local_runner import completed_keys, execute_sweep, run_locally
     from vlabench.fleet.sweep_file import expand, load_sweep
 
@@ -844,7 +844,7 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the problems as JSON.")] = False,
 ) -> None:
     """Check results for publication: schema, provenance, correctness gate, iterations, energy; exit 6 on a problem."""
-    from vlabench.results.schema.validate import Requirements, problems_table, validate_folder
+    from vlabench.results.validate import Requirements, problems_table, validate_folder
 
     requirements = Requirements(
         min_iterations=min_iterations,

@@ -24,7 +24,7 @@ from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import Stats, summarize
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
-from vlabench.results.schema.provenance import Provenance, collect_provenance
+from vlabench.results.provenance import Provenance, collect_provenance
 from vlabench.vocab import Precision
 
 

@@ -35,7 +35,7 @@ from vlabench.measure.action_loops import ActionLoop, make_sampler
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.models.workload import Workload
-from vlabench.results.schema.provenance import Provenance, collect_provenance
+from vlabench.results.provenance import Provenance, collect_provenance
 from vlabench.telemetry.counters import Sampler, Series, samplers_for
 from vlabench.vocab import Phase
 

@@ -40,6 +40,7 @@ from vlabench.models.replicas import replica_class
 from vlabench.models.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, ModelSpec, OpenVLASpec, load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
+from vlabench.results.provenance import collect_provenance
 from vlabench.results.schema import (
     ControlVerdict,
     DeviceInfo,
@@ -50,7 +51,6 @@ from vlabench.results.schema import (
     RunResult,
     Timing,
 )
-from vlabench.results.schema.provenance import collect_provenance
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.energy.select import MeterChoice, choose_meter
 from vlabench.telemetry.system_state import SystemState, sample_system_state

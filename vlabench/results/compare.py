@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
-from vlabench.results.schema.aggregate import load_results
+from vlabench.results.aggregate import load_results
 from vlabench.errors import InputError
 from vlabench.results.schema import RunResult
 

@@ -16,7 +16,7 @@ from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.errors import InputError
 from vlabench.optimizations.fidelity import ActionError
-from vlabench.results.schema.provenance import Provenance
+from vlabench.results.provenance import Provenance
 from vlabench.analysis.roofline import RooflineReport
 from vlabench.measure.stats import Stats
 from vlabench.telemetry.system_state import SystemState

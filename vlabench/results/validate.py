@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from rich.table import Table
 
-from vlabench.results.schema.aggregate import _is_result_name
+from vlabench.results.aggregate import _is_result_name
 from vlabench.backends import BACKENDS
 from vlabench.measure.correctness import needs_reference
 from vlabench.errors import InputError
