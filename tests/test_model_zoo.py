@@ -13,8 +13,9 @@ from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3Model
 from typer.testing import CliRunner
 
-from vlabench.analysis.flops import count_operators, total
+from vlabench.analysis.flops import count_operators
 from vlabench.analysis.flops_traced import trace_operators
+from vlabench.analysis.operators import total
 from vlabench.cli.app import app
 from vlabench.commands.run import execute_many, plan_run, plan_runs
 from vlabench.config import RunConfig

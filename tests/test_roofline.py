@@ -7,7 +7,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
-from vlabench.analysis.flops import count_operators, total
+from vlabench.analysis.flops import count_operators
+from vlabench.analysis.operators import total
 from vlabench.analysis.roofline import Ceiling, analyze, ceilings_for, efficiency_from, project
 from vlabench.cli.app import app
 from vlabench.errors import InputError

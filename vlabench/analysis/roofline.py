@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from vlabench.analysis.flops import AMOUNTS, Operator, Totals, by_layer, count_operators, total
+from vlabench.analysis.flops import count_operators
+from vlabench.analysis.operators import AMOUNTS, Operator, Totals, by_layer, total
 from vlabench.errors import InputError
 from vlabench.hardware.devices import DeviceProfile
 from vlabench.kernels.ceilings import MeasuredCeiling

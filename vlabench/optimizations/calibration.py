@@ -43,16 +43,7 @@ def batched_inputs(
             obs = synthetic_observation(spec, workload, seed + index, torch.float32, device)
             caches.append(model.prefix(obs))
             noises.append(initial_noise(workload, seed + index, torch.float32, device))
-    return concat_caches(caches), torch.cat(noises)
-
-
-def concat_caches(caches: list[PrefixCache]) -> PrefixCache:
-    return PrefixCache(
-        keys=torch.cat([c.keys for c in caches], dim=1),
-        values=torch.cat([c.values for c in caches], dim=1),
-        valid=torch.cat([c.valid for c in caches]),
-        state=torch.cat([c.state for c in caches]),
-    )
+    return PrefixCache.concat(caches), torch.cat(noises)
 
 
 class _Recorder:

@@ -102,7 +102,6 @@ def open_loop(
     from vlabench.kernels.expert_fusion import ExpertKVHoister
     from vlabench.measure.action_loops import EulerSampler
     from vlabench.models.replicas import build_replica
-    from vlabench.optimizations.calibration import concat_caches
     from vlabench.optimizations.fusion import FusionLoop
 
     model = build_replica(spec, seed, torch.float32, device)
@@ -110,7 +109,8 @@ def open_loop(
     with torch.inference_mode():
         caches = [model.prefix(obs) for obs in sequence]
         noise = torch.cat([initial_noise(workload, seed + i, torch.float32, device) for i in range(observations)])
-        current, previous = concat_caches(caches[1:]), concat_caches(caches[:-1])
+        cache_type = type(caches[0])
+        current, previous = cache_type.concat(caches[1:]), cache_type.concat(caches[:-1])
         batch = noise.shape[0]
         exact = EulerSampler(workload.steps, batch, device).sample(model, current, noise)
         results = []

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.flow_vla import Observation
 from vlabench.models.replicas.resnet import resnet_trunk
 from vlabench.models.specs_visuomotor import ActSpec, ActTransformerSpec
@@ -39,7 +40,7 @@ POSITION_EPS = 1e-6  # lerobot ACTSinusoidalPositionEmbedding2d: index / (last i
 
 
 @dataclass
-class ActMemory:
+class ActMemory(BatchedCache):
     """What the decoder reads from the prefix: the encoder output and the positional embedding of its keys."""
 
     memory: Tensor  # (B, S, hidden): encoder output over [latent, state, image tokens]

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.decoder import TextDecoder
 from vlabench.models.replicas.flow_vla import Observation, PrefixCache
 from vlabench.models.replicas.layers import additive_mask, block_mask, rope_cos_sin
@@ -29,9 +30,11 @@ from vlabench.models.specs import OpenVLASpec, Pi0FastSpec, ViTSpec
 
 
 @dataclass
-class DecodeCache:
+class DecodeCache(BatchedCache):
     """Static K/V buffers of the prompt plus one slot per decode step, their validity, and the first token's
     logits over the action-token range (from the prompt's last valid position)."""
+
+    LAYER_MAJOR = ("keys", "values")
 
     keys: Tensor  # (layers, B, kv_heads, P + steps, head_dim)
     values: Tensor

@@ -31,6 +31,7 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
+from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.flow_vla import Observation
 from vlabench.models.replicas.resnet import resnet_trunk
 from vlabench.models.specs_visuomotor import DiffusionPolicySpec, UnetSpec
@@ -39,7 +40,7 @@ FINAL_CONV_GROUPS = 8  # lerobot builds final_conv's DiffusionConv1dBlock with i
 
 
 @dataclass
-class GlobalCondition:
+class GlobalCondition(BatchedCache):
     """What every U-Net call reads from the prefix."""
 
     cond: Tensor  # (B, global_cond_dim): per frame [state, camera features], flattened

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.decoder import TextDecoder, mlp_activation
 from vlabench.models.replicas.layers import (
     AdaptiveRMSNorm,
@@ -54,8 +55,10 @@ class ExpertKV:
 
 
 @dataclass
-class PrefixCache:
+class PrefixCache(BatchedCache):
     """Everything the action expert needs from phase 1: post-RoPE K/V of every kept LLM layer."""
+
+    LAYER_MAJOR = ("keys", "values")
 
     keys: Tensor  # (layers, B, kv_heads, P, head_dim)
     values: Tensor  # (layers, B, kv_heads, P, head_dim)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.decoder import TextDecoder
 from vlabench.models.replicas.flow_vla import Observation
 from vlabench.models.replicas.layers import additive_mask, block_mask, rope_cos_sin
@@ -29,7 +30,7 @@ EMBODIMENT = 0  # which of the per-embodiment encoder/decoder slices the replica
 
 
 @dataclass
-class FeatureCache:
+class FeatureCache(BatchedCache):
     """The adapted VL features the DiT cross-attends to at every step."""
 
     features: Tensor  # (B, P, llm_hidden)
