@@ -1,1 +1,1 @@
-"""Compute kernels vlabench owns: ceiling micro-benchmarks and fused action-expert steps (see DESIGN.md)."""
+"""Compute kernels vlabench owns: ceiling micro-benchmarks and fused action-expert steps (see ARCHITECTURE.md)."""

@@ -1,1 +1,1 @@
-"""Static CET leaderboard site builder (see DESIGN.md)."""
+"""Static CET leaderboard site builder (see ARCHITECTURE.md)."""

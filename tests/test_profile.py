@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from vlabench.cli.app import app
 from vlabench.commands.profile import summarize_phases
 from vlabench.measure.trace_writer import ChromeTrace
-from vlabench.telemetry.counters import CpuSampler, NvmlSampler, Series, TegrastatsSampler, tegrastats_values
+from vlabench.telemetry.counters import CpuCounter, NvmlCounter, Series, TegrastatsCounter, tegrastats_values
 
 DATA = Path(__file__).parent / "data" / "energy"
 MS = 1_000_000
@@ -34,7 +34,7 @@ def test_tegrastats_values_from_a_recorded_agx_orin_line():
 def test_tegrastats_sampler_turns_each_line_into_the_interval_since_the_previous_one():
     lines = recorded("tegrastats_jp4.txt")
     stamped = [(1_000 * MS + i * 100 * MS, line) for i, line in enumerate(lines)]
-    sampler = TegrastatsSampler(period_s=0.1, lines=stamped)
+    sampler = TegrastatsCounter(period_s=0.1, lines=stamped)
     sampler.start()
     series = {s.name: s for s in sampler.stop()}
     gpu = series["gpu utilization"].samples["gr3d"]
@@ -45,7 +45,7 @@ def test_tegrastats_sampler_turns_each_line_into_the_interval_since_the_previous
 
 
 def test_cpu_sampler_reads_per_core_load_and_a_mean():
-    sampler = CpuSampler(period_s=0.02)
+    sampler = CpuCounter(period_s=0.02)
     sampler.start()
     matrix = torch.randn(256, 256)
     deadline = time.perf_counter() + 0.5
@@ -68,7 +68,7 @@ def test_nvml_sampler_maps_the_nvml_readings():
         nvmlDeviceGetPowerUsage=lambda d: 287_500,
         nvmlDeviceGetClockInfo=lambda d, kind: {1: 2520, 2: 10501}[kind],
     )
-    sampler = NvmlSampler.__new__(NvmlSampler)
+    sampler = NvmlCounter.__new__(NvmlCounter)
     sampler.nvml, sampler.device = fake, object()
     values = sampler.read()
     assert values["gpu utilization"] == {"gpu": 93.0} and values["gpu power"] == {"board": 287.5}

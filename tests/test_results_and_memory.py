@@ -8,12 +8,13 @@ import textwrap
 import pytest
 
 from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
-from vlabench.commands.run import control_verdict, execute, plan_run
+from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, InsufficientMemoryError
 from vlabench.measure.stats import summarize
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
+from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import SCHEMA_VERSION, load_result, write_result
 
 
@@ -128,8 +129,8 @@ def test_plan_refuses_before_allocating():
 
 
 def test_warnings_name_noisy_phases_background_load_and_the_cap():
-    from vlabench.commands.run import measurement_warnings
     from vlabench.measure.timing import Measurement
+    from vlabench.results.assemble import measurement_warnings
 
     steady, noisy = summarize([10.0] * 10), summarize([5.0, 15.0] * 5)
     phases = {"vision": steady, "prefill": noisy, "action": steady, "e2e": steady}

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 
 class VlabenchError(Exception):
-    """An error the CLI reports as one clear message (no traceback)."""
+    """An error the CLI reports as one clear message (no traceback); an empty one when the command has already shown
+    what went wrong (a table of problems, an INVALID verdict)."""
 
     exit_code = 1
 
@@ -28,6 +29,30 @@ class InsufficientMemoryError(VlabenchError):
     """The model would not fit in the target's available memory; refused before allocation."""
 
     exit_code = 4
+
+
+class InvalidResultError(VlabenchError):
+    """A run completed but its result is invalid (it failed the correctness gate): written, marked, never ranked."""
+
+    exit_code = 5
+
+
+class CheckFailedError(VlabenchError):
+    """A check failed: ``compare`` found a regression (latency, energy or correctness), or ``validate`` a problem."""
+
+    exit_code = 6
+
+
+class SweepFailedError(VlabenchError):
+    """At least one run of a sweep failed (crash, timeout, error); the others completed, a rerun retries it."""
+
+    exit_code = 7
+
+
+class InterruptError(VlabenchError):
+    """Interrupted (Ctrl-C) before the command finished; no result is written."""
+
+    exit_code = 130
 
 
 def unknown_name(kind: str, name: str, valid: Iterable[str]) -> InputError:

@@ -36,7 +36,7 @@ from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, w
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.models.workload import Workload
 from vlabench.results.provenance import Provenance, collect_provenance
-from vlabench.telemetry.counters import Sampler, Series, samplers_for
+from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
 from vlabench.vocab import Phase
 
 
@@ -122,11 +122,11 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
     sampler = make_sampler(plan.spec, plan.workload, target)
     inputs = seeded_inputs(plan, plan.precision)
     warm_up(Contender(policy, sampler, inputs), config.warmup)
-    samplers = samplers_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
+    counters = counters_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
     begin = perf_counter_ns()
-    recorder, series = _traced(policy, sampler, inputs, settings, samplers)
+    recorder, series = _traced(policy, sampler, inputs, settings, counters)
     iterations = len(recorder.samples_ms["e2e"])
-    passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in samplers]))
+    passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in counters]))
     del policy
 
     trace = ChromeTrace(origin, f"vlabench profile {plan.spec.name} {plan.backend.name} {plan.precision}")
@@ -159,7 +159,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         precision=plan.precision,
         workload=plan.workload,
         passes=passes,
-        samplers=[s.describe() for s in samplers],
+        samplers=[s.describe() for s in counters],
         measured_ceilings=measured,
         summary=summarize_phases(recorder.events, series, roofline),
         roofline=roofline,
@@ -185,11 +185,11 @@ def _pass(name: str, produced: str, iterations: int, begin_ns: int, instruments:
 
 
 def _traced(
-    policy, sampler: ActionLoop, inputs: Sequence[tuple], settings: ProfileSettings, samplers: list[Sampler]
+    policy, sampler: ActionLoop, inputs: Sequence[tuple], settings: ProfileSettings, counters: list[UtilizationCounter]
 ) -> tuple[SpanRecorder, list[Series]]:
-    """At least ``iterations`` inferences lasting at least ``min_duration_s``, with the samplers running."""
+    """At least ``iterations`` inferences lasting at least ``min_duration_s``, with the counters running."""
     recorder = SpanRecorder(policy.synchronize)
-    for one in samplers:
+    for one in counters:
         one.start()
     started, index = perf_counter_ns(), 0
     try:
@@ -198,7 +198,7 @@ def _traced(
             phased_inference(policy, sampler, obs, noise, recorder)
             index += 1
     finally:
-        series = [s for one in samplers for s in one.stop()]
+        series = [s for one in counters for s in one.stop()]
     return recorder, series
 
 

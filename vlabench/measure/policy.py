@@ -44,7 +44,7 @@ class PreparedPolicy(ABC):
         return self.prefix
 
     def fused_loop(self) -> Callable[[PrefixCache, Tensor], Tensor] | None:
-        """A whole-loop replacement for the Sampler (e.g. a captured CUDA graph), reported as its own variant."""
+        """A whole-loop replacement for the action loop (e.g. a captured CUDA graph), reported as its own variant."""
         return None
 
     def details(self) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class ParamReference(_Strict):
     breakdown: dict[str, int] = Field(default_factory=dict)
 
 
-Sampler = Literal["euler", "ddpm", "ddim", "single_pass", "greedy_decode"]
+ActionLoopKind = Literal["euler", "ddpm", "ddim", "single_pass", "greedy_decode"]
 
 
 class SpecBase(_Strict):
@@ -102,7 +102,7 @@ class SpecBase(_Strict):
         return 1
 
     @property
-    def sampler(self) -> Sampler:
+    def sampler(self) -> ActionLoopKind:
         raise NotImplementedError
 
     def prefix_tokens(self, cameras: int) -> int:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from vlabench.models.spec_base import ActionSpec, DiffusionActionSpec, Sampler, SpecBase, _Strict
+from vlabench.models.spec_base import ActionLoopKind, ActionSpec, DiffusionActionSpec, SpecBase, _Strict
 
 
 class ResNetSpec(_Strict):
@@ -81,7 +81,7 @@ class ActSpec(SpecBase):
         return height * width
 
     @property
-    def sampler(self) -> Sampler:
+    def sampler(self) -> ActionLoopKind:
         return "single_pass"
 
     def prefix_tokens(self, cameras: int) -> int:
@@ -157,7 +157,7 @@ class DiffusionPolicySpec(SpecBase):
         return (self.action.state_dim + self.feature_dim * cameras) * self.observation_frames
 
     @property
-    def sampler(self) -> Sampler:
+    def sampler(self) -> ActionLoopKind:
         return self.action.scheduler
 
     def prefix_tokens(self, cameras: int) -> int:

@@ -6,7 +6,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.models.replicas import Observation
-from vlabench.models.spec_base import Sampler
+from vlabench.models.spec_base import ActionLoopKind
 from vlabench.models.specs import ModelSpec
 
 
@@ -27,7 +27,7 @@ class Workload(BaseModel):
     frames: int = Field(default=1, gt=0, description="observation history: images and states per camera")
     prefix_tokens: int = Field(gt=0)
     suffix_tokens: int = Field(gt=0)
-    sampler: Sampler = Field(
+    sampler: ActionLoopKind = Field(
         default="euler", description="how the action head is called: see vlabench.measure.action_loops"
     )
 

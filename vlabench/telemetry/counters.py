@@ -1,4 +1,4 @@
-"""Utilization samplers for ``vlabench profile``: counters read on a background thread, on the spans' clock.
+"""Utilization counters for ``vlabench profile``: read on a background thread, on the spans' clock.
 
 Every sample carries the interval it describes: utilization is an average since the previous read (psutil, NVML,
 tegrastats all report it that way), so a sample at t describes [t_previous, t].
@@ -43,7 +43,7 @@ class Series:
         self.samples.setdefault(key, []).append(Sample(start_ns, end_ns, value))
 
 
-class Sampler(ABC):
+class UtilizationCounter(ABC):
     """Collects series between start() and stop(); sources describe themselves for the result."""
 
     source: str
@@ -64,7 +64,7 @@ class Sampler(ABC):
         return {"source": self.source, "period_s": self.period_s}
 
 
-class PollingSampler(Sampler):
+class PollingCounter(UtilizationCounter):
     """Calls ``read()`` every period on a daemon thread; ``read`` returns {series: {key: value}}."""
 
     def __init__(self, period_s: float, clock: Clock = time.perf_counter_ns) -> None:
@@ -111,7 +111,7 @@ class PollingSampler(Sampler):
             previous = now
 
 
-class CpuSampler(PollingSampler):
+class CpuCounter(PollingCounter):
     """Per-core utilization (psutil: busy share since the previous read) and per-core frequency."""
 
     source = "psutil"
@@ -131,7 +131,7 @@ class CpuSampler(PollingSampler):
         return values
 
 
-class NvmlSampler(PollingSampler):
+class NvmlCounter(PollingCounter):
     """NVML utilization (share of time a kernel ran; memory-controller busy share), board power and clocks."""
 
     source = "nvml"
@@ -191,7 +191,7 @@ def tegrastats_values(line: str) -> dict[str, dict[str, float]]:
     return values
 
 
-class TegrastatsSampler(Sampler):
+class TegrastatsCounter(UtilizationCounter):
     """Runs ``tegrastats --interval N``; each line describes the interval since the previous one.
 
     ``lines`` replaces the subprocess with any iterable of (clock ns, line), e.g. a recorded log.
@@ -258,11 +258,11 @@ def _stamped(stream: IO[str]) -> Iterable[tuple[int, str]]:
         yield time.perf_counter_ns(), line
 
 
-def samplers_for(device: torch.device, jetson: bool, period_s: float | None) -> list[Sampler]:
+def counters_for(device: torch.device, jetson: bool, period_s: float | None) -> list[UtilizationCounter]:
     """CPU counters everywhere; NVML on CUDA GPUs; tegrastats on Jetson (whose GPU NVML does not serve)."""
     if jetson:
-        return [TegrastatsSampler(period_s or 0.1)]
-    chosen: list[Sampler] = [CpuSampler(period_s or 0.05)]
+        return [TegrastatsCounter(period_s or 0.1)]
+    chosen: list[UtilizationCounter] = [CpuCounter(period_s or 0.05)]
     if device.type == "cuda":
-        chosen.append(NvmlSampler(device.index or 0, period_s or 0.02))
+        chosen.append(NvmlCounter(device.index or 0, period_s or 0.02))
     return chosen

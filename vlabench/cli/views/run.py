@@ -1,157 +1,20 @@
-"""Rich renderables and plain rows for the CLI (tables of models, devices, plans and results)."""
+"""What ``vlabench run`` shows: the plan, a progress bar for long runs, one result's tables, backends compared."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from vlabench.analysis.cet import feasibility
-from vlabench.hardware.detection import detect_host
-from vlabench.hardware.devices import all_profiles, profile_present, resolve_device
-from vlabench.models.replicas import count_parameters
-from vlabench.models.specs import load_model_spec, model_names
-from vlabench.models.workload import Workload
+from vlabench.cli.views.tables import table
 from vlabench.results.schema import RunResult
 from vlabench.vocab import Phase
 
 GIB = 1024**3
-
-
-def _table(title: str, columns: list[str], numeric: set[str] = frozenset()) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="right" if column in numeric else "left")
-    return table
-
-
-def model_rows() -> list[dict[str, Any]]:
-    rows = []
-    for name in model_names():
-        spec = load_model_spec(name)
-        workload = Workload.from_spec(spec)
-        params = count_parameters(spec)
-        reference = spec.reference.params if spec.reference else None
-        rows.append(
-            {
-                "name": name,
-                "family": spec.family,
-                "params": params,
-                "reference_params": reference,
-                "params_delta_pct": round((params - reference) / reference * 100, 2) if reference else None,
-                "image_size": "×".join(map(str, dict.fromkeys(spec.image_shape))),
-                "tokens_per_camera": spec.tokens_per_camera,
-                "cameras": workload.cameras,
-                "prefix_tokens": workload.prefix_tokens,
-                "backbone": spec.summary[0],
-                "action_head": spec.summary[1],
-                "sampler": workload.sampler,
-                "steps": workload.steps,
-                "chunk": workload.chunk,
-            }
-        )
-    return rows
-
-
-def models_table(rows: list[dict[str, Any]]) -> Table:
-    columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "backbone", "action head"]
-    columns += ["steps", "chunk"]
-    table = _table("Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"})
-    for row in rows:
-        reference = row["reference_params"]
-        table.add_row(
-            row["name"],
-            _count(row["params"]),
-            _count(reference) if reference else "tiny",
-            f"{row['params_delta_pct']:+.1f}%" if reference else "",
-            f"{row['image_size']} px",
-            str(row["tokens_per_camera"]),
-            str(row["cameras"]),
-            str(row["prefix_tokens"]),
-            row["backbone"],
-            row["action_head"],
-            str(row["steps"]),
-            str(row["chunk"]),
-        )
-    return table
-
-
-def device_rows() -> tuple[list[dict[str, Any]], str]:
-    host = detect_host()
-    auto = resolve_device("auto", host)
-    rows = []
-    for profile in all_profiles():
-        precision = next((p for p in ("fp16", "bf16", "fp32") if p in profile.peak_tflops), None)
-        peak = profile.peak_tflops[precision] if precision else None
-        rows.append(
-            {
-                "name": profile.name,
-                "display_name": profile.display_name,
-                "kind": profile.kind,
-                "vendor": profile.vendor,
-                "memory_gb": profile.memory_gb.value if profile.memory_gb else None,
-                "bandwidth_gbs": profile.bandwidth_gbs.value if profile.bandwidth_gbs else None,
-                "peak_tflops": peak.value if peak else None,
-                "peak_precision": precision,
-                "tdp_w": profile.tdp_w.value if profile.tdp_w else None,
-                "price_usd": profile.price.usd if profile.price else None,
-                "price_estimate": bool(profile.price and profile.price.estimate),
-                "sources": {
-                    key: getattr(profile, key).source
-                    for key in ("memory_gb", "bandwidth_gbs", "tdp_w", "price")
-                    if getattr(profile, key) is not None
-                },
-                "detected": profile_present(profile, host),
-                "auto": profile.name == auto.profile.name,
-            }
-        )
-    host_line = f"This host: {host.describe()}. --device auto resolves to {auto.profile.name} ({auto.note})."
-    return rows, host_line
-
-
-def devices_table(rows: list[dict[str, Any]]) -> Table:
-    columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "peak TFLOP/s", "TDP W", "price USD"]
-    table = _table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
-    for row in rows:
-        mark = "★" if row["auto"] else "●" if row["detected"] else ""
-        table.add_row(
-            mark,
-            row["name"],
-            row["display_name"],
-            row["kind"],
-            _maybe(row["memory_gb"]),
-            _maybe(row["bandwidth_gbs"]),
-            f"{row['peak_tflops']:g} {row['peak_precision']}" if row["peak_tflops"] else "—",
-            _maybe(row["tdp_w"]),
-            (f"{row['price_usd']:,.0f}" + (" est" if row["price_estimate"] else "")) if row["price_usd"] else "—",
-        )
-    return table
-
-
-def ceilings_table(resolved, measured) -> Table:
-    """Measured ceilings next to the profile's datasheet figures."""
-    profile = resolved.profile
-    table = _table(
-        f"Measured ceilings of {profile.name} on {resolved.torch_device} (best of repeated runs)",
-        ["quantity", "measured", "datasheet", "measured / datasheet", "how"],
-        {"measured", "datasheet", "measured / datasheet"},
-    )
-    for ceiling in measured:
-        if ceiling.quantity == "memory_bandwidth":
-            sheet = profile.bandwidth_gbs
-        else:
-            sheet = profile.peak_tflops.get(ceiling.quantity.removeprefix("gemm_"))
-        table.add_row(
-            ceiling.quantity,
-            f"{ceiling.value:.4g} {ceiling.unit}",
-            f"{sheet.value:g} {ceiling.unit}" if sheet else "—",
-            f"{ceiling.value / sheet.value:.0%}" if sheet else "",
-            ceiling.detail,
-        )
-    return table
+PROGRESS_AFTER_S = 3.0
 
 
 def plan_summary(plans) -> Text:
@@ -188,7 +51,7 @@ def energy_plan(plan) -> str:
 def result_tables(result: RunResult) -> list[Any]:
     timing = result.timing
     e2e = timing.phases["e2e"].p50
-    table = _table(
+    table = table(
         f"{result.model.name} on {result.device.profile} · {result.backend} {result.precision} · "
         f"{timing.iterations} timed inferences",
         ["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"],
@@ -258,10 +121,10 @@ def correctness_line(result: RunResult) -> Text:
     )
 
 
-def comparison_table(results: list[RunResult]) -> Table:
+def comparisontable(results: list[RunResult]) -> Table:
     """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
     eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
-    table = _table(
+    table = table(
         f"{results[0].model.name} on {results[0].device.profile}: backends compared (interleaved), p50 in ms",
         [
             "backend",
@@ -347,79 +210,3 @@ def cet_lines(result: RunResult) -> list[Text]:
         )
     )
     return lines
-
-
-def rank_table(frame, priority: str, control_hz: float) -> Table:
-    table = _table(
-        f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
-        [
-            "#",
-            "model",
-            "device",
-            "backend",
-            "prec",
-            "p50 ms",
-            "p99 ms",
-            "act/s p99",
-            "J/action",
-            "$/1M act",
-            "feasible",
-        ],
-        {"#", "p50 ms", "p99 ms", "act/s p99", "J/action", "$/1M act"},
-    )
-    for row in frame.to_dict("records"):
-        joules = row["joules_per_action"]
-        estimated = " est" if row["energy_label"] == "estimated" else ""
-        energy = f"{joules:.3g}{estimated}" if _present(joules) else "—"
-        cost, electricity = row["usd_per_million_actions"], row["usd_per_million_actions_electricity_only"]
-        dollars = f"{cost:.4g}" if _present(cost) else f"{electricity:.3g} elec." if _present(electricity) else "—"
-        rank_label = str(row["rank"]) if _present(row["rank"]) else ""
-        table.add_row(
-            rank_label + (" ◆" if row["pareto"] else ""),
-            row["model"],
-            row["device"],
-            row["backend"],
-            row["precision"],
-            f"{row['latency_p50_ms']:.1f}",
-            f"{row['latency_p99_ms']:.1f}",
-            f"{row['action_hz_p99']:.1f}",
-            energy,
-            dollars,
-            Text("yes", style="green") if row["feasible"] else Text(f"no: {row['reasons']}", style="red"),
-        )
-    return table
-
-
-def _present(value: object) -> bool:
-    return value is not None and not pd.isna(value)
-
-
-def _count(value: int) -> str:
-    return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M" if value >= 1e6 else f"{value / 1e3:.0f}K"
-
-
-def _maybe(value: float | None) -> str:
-    return "—" if value is None else f"{value:g}"
-
-
-def loop_table(result) -> Table:
-    """Exact vs V-AEFusion control loop (``vlabench loop``)."""
-    title = (
-        f"Control loop: {result.model} on {result.device} ({result.backend}, {result.precision}), "
-        f"{result.cycles} cycles each, {result.concurrency}"
-    )
-    columns = ["loop", "stale steps", "cycle p50 ms", "p90 ms", "CoV", "actions/s (p50)", "overlap p50 ms"]
-    table = _table(title, columns, set(columns[1:]))
-    for name, variant in (("exact", result.exact), ("V-AEFusion", result.fused)):
-        stats = variant.cycle_ms
-        table.add_row(
-            name,
-            str(variant.stale_steps),
-            f"{stats.p50:.2f}",
-            f"{stats.p90:.2f}",
-            f"{stats.cov:.1%}",
-            f"{variant.action_hz_p50:.1f}",
-            f"{variant.overlap_ms.p50:.2f}",
-        )
-    table.caption = f"speed-up (exact p50 / fused p50): {result.speedup_p50:.3f}×"
-    return table

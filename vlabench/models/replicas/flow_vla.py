@@ -2,7 +2,7 @@
 
 One module serves the whole family; the spec decides where the state goes, how time conditions the expert and
 how the expert reads the prefix. Phase 1 (``embed_images`` + ``prefill``) fills a per-layer K/V cache once per
-observation; phase 2 is ``denoise_step``, called by the Sampler once per Euler step.
+observation; phase 2 is ``denoise_step``, called by the Euler action loop once per step.
 """
 
 from __future__ import annotations
