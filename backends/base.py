@@ -33,13 +33,19 @@ class Backend(ABC):
 
     name: str
     is_reference: ClassVar[bool] = False
-    """The exact path (at fp32) every other run's actions are gated against."""
+    """The exact path (at fp32) every other run's actions are gated against. Not inherited: a subclass of the
+    reference backend is a variant of it, and gated like any other."""
     profiles_nodes: ClassVar[bool] = False
     """The runtime has its own per-node profiler (``BackendOptions.profile_nodes``)."""
     fuses_expert_kv: ClassVar[bool] = False
     """Can hoist the action expert's prefix K/V projections out of the loop (``--fuse-expert-kv``)."""
     captures_graphs: ClassVar[bool] = False
     """Can replay the whole denoising loop as one captured graph (``--fuse-denoise-loop``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "is_reference" not in cls.__dict__:
+            cls.is_reference = False
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> Backend:

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, fields
 from importlib import import_module
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from vlabench.atomic import staging_folder
 from vlabench.errors import UnavailableError
 from vlabench.models.replicas import Observation, build_replica
 from vlabench.models.specs import ModelSpec
@@ -147,7 +147,7 @@ def export_onnx(spec: ModelSpec, workload: Workload, precision: str, seed: int) 
     if (folder / "meta.json").exists():
         return _exported(folder, reused=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".partial-"))
+    staging = staging_folder(folder.parent, ".partial-")
     try:
         graphs, cache_type = _export_into(staging, spec, workload, precision, seed)
         meta = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vlabench.atomic import staging_file
 from vlabench.backends.base import Backend, GraphPolicy, PreparedPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
@@ -69,7 +69,7 @@ def engine_cache_key(onnx_folder: str, precision: str, trt_version: str, gpu_nam
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    handle, staging = staging_file(path.parent, f".{path.name}.")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)

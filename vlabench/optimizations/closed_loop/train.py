@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from vlabench.atomic import staging_file
 from vlabench.backends.onnx_export import cache_root
 from vlabench.optimizations.closed_loop.policy import SmallFlowPolicy
 from vlabench.optimizations.closed_loop.reacher import collect_demonstrations
@@ -147,7 +147,7 @@ def trained_policy(config: TrainConfig, threads: int = 1) -> tuple[SmallFlowPoli
         return policy.eval(), TrainingSummary(**checkpoint["summary"])
     policy, summary = train(config, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=".partial-", suffix=".pt")
+    fd, partial = staging_file(path.parent, ".partial-", ".pt")
     os.close(fd)
     try:
         torch.save({"config": asdict(config), "summary": asdict(summary), "state_dict": policy.state_dict()}, partial)
