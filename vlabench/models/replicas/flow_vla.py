@@ -184,14 +184,19 @@ class FlowMatchingVLA(nn.Module):
         ("model.", ""),
     )
     LEROBOT_IGNORED = (
-        "model.paligemma_with_expert.paligemma.lm_head.",
-        "model.paligemma_with_expert.paligemma.language_model.lm_head.",
-        "model.paligemma_with_expert.gemma_expert.lm_head.",
-        "model.paligemma_with_expert.gemma_expert.model.embed_tokens.",
-        "model.vlm_with_expert.lm_expert.embed_tokens.",
-        "normalize_inputs.",
+        "model.paligemma_with_expert.gemma_expert.lm_head.",  # the expert's unused LM head (it emits no tokens)
+        "model.paligemma_with_expert.gemma_expert.model.embed_tokens.",  # unused; lerobot sets both experts'
+        "model.vlm_with_expert.lm_expert.embed_tokens.",  # embed_tokens to None, so its files lack them
+        "normalize_inputs.",  # normalization statistics: lerobot < 0.4 kept them in the model file
         "normalize_targets.",
         "unnormalize_outputs.",
+    )
+    # PaliGemma ties its input embedding to its LM head; lerobot's save_pretrained writes the pair once, under the
+    # alphabetically first name, ``lm_head.weight`` (the real lerobot/pi0_base and pi05_base files hold no
+    # ``embed_tokens``: huggingface/lerobot#2151, #2307). SmolVLM's are untied: both are in the file.
+    LEROBOT_TIED = (
+        ("language_model.embed_tokens.weight", "model.paligemma_with_expert.paligemma.lm_head.weight"),
+        ("language_model.embed_tokens.weight", "model.paligemma_with_expert.paligemma.language_model.lm_head.weight"),
     )
 
     def __init__(self, spec: ModelSpec) -> None:
