@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
@@ -18,6 +17,7 @@ import plotly.offline
 
 import vlabench
 from vlabench.analysis.cet import Priority
+from vlabench.atomic import staging_folder
 from vlabench.errors import InputError, VlabenchError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -121,7 +121,7 @@ def build_site(paths: list[Path], out: Path, priority: Priority = "cost", contro
     runs = [Run(path, result, slug(f"{result.run_id} {path.name}")) for path, result in loaded]
     rows = run_rows(latest_per_configuration(runs), priority, control_hz) + reported_rows(reported_entries())
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    staging = staging_folder(out.parent, f".{out.name}.partial-")
     try:
         pages = write_site(staging, runs, rows, skipped, priority, control_hz)
         swap_into_place(staging, out)

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
-from pydantic import BaseModel
-from rich.table import Table
+from pydantic import AwareDatetime, BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
+from vlabench.hardware.detection import detect_host
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
 from vlabench.optimizations.fidelity import ActionError, FidelityVariant, default_variants, open_loop
+from vlabench.results.header import ArtifactHeader
+from vlabench.results.provenance import collect_provenance
+
+FIDELITY_SCHEMA_VERSION = "1.0"
+"""1.0: the artifact header (``schema_version``, ``run_id``, ``finished_utc``, device/backend/precision and
+provenance added to the fidelity report of before)."""
 
 
 class OpenLoopRow(BaseModel):
@@ -30,15 +37,25 @@ class ClosedLoopRow(BaseModel):
     expert_calls_per_chunk: float
 
 
-class FidelityReport(BaseModel):
+class FidelityReport(ArtifactHeader):
     kind: Literal["fidelity"] = "fidelity"
-    started_utc: datetime
+    schema_version: str = FIDELITY_SCHEMA_VERSION
+    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    started_utc: AwareDatetime
     model: str
+    device: str | None = Field(default="cpu", description="open and closed loops run on the CPU")
+    backend: str | None = "torch"
+    precision: str | None = "fp32"
     seed: int
     open_loop_reference: str = "fp32 eager torch exact path, same weights, observations and noise"
     open_loop: list[OpenLoopRow]
     closed_loop_task: str | None = None
     closed_loop: list[ClosedLoopRow]
+
+    FILE_SUFFIX: ClassVar[str] = ".fidelity.json"
+
+    def stem(self) -> str:
+        return f"{self.stamp(self.started_utc)}_{self.model}"
 
 
 def run_fidelity(
@@ -46,6 +63,7 @@ def run_fidelity(
 ) -> tuple[FidelityReport, Path]:
     spec = load_model_spec(model)
     workload = Workload.from_spec(spec)
+    started = datetime.now(timezone.utc)
     cpu = torch.device("cpu")
     rows = [
         OpenLoopRow(variant=variant, error=error)
@@ -73,35 +91,14 @@ def run_fidelity(
             )
             for s in evaluate(policy, closed_loop_variants(policy.steps), episodes, seed, actions_per_chunk)
         ]
-    started = datetime.now(timezone.utc)
     report = FidelityReport(
-        started_utc=started, model=model, seed=seed, open_loop=rows, closed_loop_task=task, closed_loop=closed
+        started_utc=started,
+        finished_utc=datetime.now(timezone.utc),
+        model=model,
+        provenance=collect_provenance(detect_host(), torch.get_num_threads()),
+        seed=seed,
+        open_loop=rows,
+        closed_loop_task=task,
+        closed_loop=closed,
     )
-    path = out_dir / f"{started.strftime('%Y%m%dT%H%M%SZ')}_{model}.fidelity.json"
-    return report, atomic_write_text(path, report.model_dump_json(indent=2))
-
-
-def fidelity_tables(report: FidelityReport) -> list[Table]:
-    table = Table(
-        title=f"Open loop: {report.model}, {report.open_loop[0].error.samples} observations vs the exact path"
-    )
-    for column in ("variant", "max abs", "RMSE", "cosine", "relative"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for row in report.open_loop:
-        e = row.error
-        table.add_row(row.variant.name, f"{e.max_abs:.4g}", f"{e.rmse:.4g}", f"{e.cosine:.6f}", f"{e.relative:.4g}")
-    tables = [table]
-    if report.closed_loop:
-        closed = Table(title=f"Closed loop: {report.closed_loop_task}")
-        for column in ("variant", "success", "rate", "mean final distance m", "expert calls per chunk"):
-            closed.add_column(column, justify="left" if column == "variant" else "right")
-        for row in report.closed_loop:
-            closed.add_row(
-                row.variant,
-                f"{row.successes}/{row.episodes}",
-                f"{row.success_rate:.0%}",
-                f"{row.mean_final_distance_m:.4f}",
-                f"{row.expert_calls_per_chunk:.1f}",
-            )
-        tables.append(closed)
-    return tables
+    return report, atomic_write_text(out_dir / report.file_name(), report.model_dump_json(indent=2))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
 from vlabench.commands.run import plan_run
@@ -24,8 +24,12 @@ from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import Stats, summarize
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
+from vlabench.results.header import ArtifactHeader
 from vlabench.results.provenance import Provenance, collect_provenance
 from vlabench.vocab import Precision
+
+LOOP_SCHEMA_VERSION = "1.0"
+"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the loop result of before)."""
 
 
 class LoopVariant(BaseModel):
@@ -36,15 +40,17 @@ class LoopVariant(BaseModel):
     samples_ms: list[float]
 
 
-class LoopResult(BaseModel):
+class LoopResult(ArtifactHeader):
     kind: Literal["loop"] = "loop"
+    schema_version: str = LOOP_SCHEMA_VERSION
     run_id: str
-    started_utc: datetime
+    started_utc: AwareDatetime
     model: str
     device: str
     backend: str
-    backend_details: dict[str, Any]
     precision: str
+    provenance: Provenance
+    backend_details: dict[str, Any]
     workload: Workload
     dp_cache: DPCacheSchedule | None
     fuse_expert_kv: bool
@@ -54,12 +60,12 @@ class LoopResult(BaseModel):
     fused: LoopVariant
     speedup_p50: float = Field(description="exact cycle p50 / fused cycle p50")
     warnings: list[str]
-    provenance: Provenance
+
+    FILE_SUFFIX: ClassVar[str] = ".loop.json"
 
     def stem(self) -> str:
-        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
-        parts = (stamp, self.model, self.device, self.backend, self.precision, f"s{self.fused.stale_steps}")
-        return "_".join((*parts, self.run_id[:8]))
+        parts = (self.model, self.device, self.backend, self.precision, f"s{self.fused.stale_steps}", self.run_id[:8])
+        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_dir: Path) -> LoopResult:
@@ -124,8 +130,9 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
         speedup_p50=variants["exact"].cycle_ms.p50 / variants["fused"].cycle_ms.p50,
         warnings=warnings,
         provenance=collect_provenance(detect_host(), torch.get_num_threads()),
+        finished_utc=datetime.now(timezone.utc),
     )
-    atomic_write_text(out_dir / f"{result.stem()}.loop.json", result.model_dump_json(indent=2))
+    atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
     return result
 
 

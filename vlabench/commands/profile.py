@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel
+from pydantic import AwareDatetime, BaseModel
 
 from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.atomic import atomic_write_text
@@ -35,9 +35,13 @@ from vlabench.measure.action_loops import ActionLoop, make_sampler
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.models.workload import Workload
+from vlabench.results.header import ArtifactHeader
 from vlabench.results.provenance import Provenance, collect_provenance
 from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
 from vlabench.vocab import Phase
+
+PROFILE_SCHEMA_VERSION = "1.0"
+"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the profile of before)."""
 
 
 @dataclass(frozen=True)
@@ -77,16 +81,20 @@ class PhaseSummary(BaseModel):
     share_of_attainable: float | None = None
 
 
-class ProfileResult(BaseModel):
+class ProfileResult(ArtifactHeader):
+    """``<stem>.profile.json``; the Chrome trace beside it (``trace_file``, ``<stem>.trace.json``) is no artifact."""
+
     kind: Literal["profile"] = "profile"
+    schema_version: str = PROFILE_SCHEMA_VERSION
     run_id: str
-    started_utc: datetime
+    started_utc: AwareDatetime
     model: str
     device: str
-    torch_device: str
     backend: str
-    backend_details: dict[str, Any]
     precision: str
+    provenance: Provenance
+    torch_device: str
+    backend_details: dict[str, Any]
     workload: Workload
     passes: list[PassRecord]
     samplers: list[dict[str, Any]]
@@ -96,11 +104,12 @@ class ProfileResult(BaseModel):
     trace_file: str
     energy: None = None  # never measured in a profiling pass
     warnings: list[str]
-    provenance: Provenance
+
+    FILE_SUFFIX: ClassVar[str] = ".profile.json"
 
     def stem(self) -> str:
-        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
-        return "_".join((stamp, self.model, self.device, self.backend, self.precision, self.run_id[:8]))
+        parts = (self.model, self.device, self.backend, self.precision, self.run_id[:8])
+        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> ProfileResult:
@@ -166,11 +175,12 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         trace_file="",
         warnings=list(plan.caveats),
         provenance=collect_provenance(detect_host(), torch.get_num_threads()),
+        finished_utc=datetime.now(timezone.utc),
     )
     trace.metadata["vlabench"] = {"run_id": result.run_id, "passes": [p.model_dump() for p in passes]}
     trace_path = trace.write(out_dir / f"{result.stem()}.trace.json")
     result.trace_file = trace_path.name
-    atomic_write_text(out_dir / f"{result.stem()}.profile.json", result.model_dump_json(indent=2))
+    atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
     return result
 
 

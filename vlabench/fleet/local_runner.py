@@ -14,17 +14,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from vlabench.atomic import atomic_write_text
 from vlabench.config import RunConfig
 from vlabench.errors import VlabenchError
 from vlabench.fleet.sweep_file import SweepRun
+from vlabench.results.header import ArtifactHeader
 
 JOURNAL_DIR = ".sweep"
 MARKER_SUFFIX = ".sweep.json"
@@ -32,6 +33,9 @@ STAGED_SUFFIX = ".staged"
 EXIT_INVALID = 5
 PR_SET_PDEATHSIG = 1
 STDERR_TAIL_CHARS = 4000
+SWEEP_RUN_KIND = "sweep-run"
+SWEEP_RUN_SCHEMA_VERSION = "1.0"
+"""1.0: the artifact header (journal entries of before had no kind, schema_version, run_id or started_utc)."""
 
 Status = Literal["ok", "invalid", "failed", "skipped"]
 
@@ -46,11 +50,20 @@ class ChildOutcome(BaseModel):
     wall_s: float
     hostname: str
     node_id: str | None = None
+    started_utc: AwareDatetime | None = Field(default=None, description="None: the run never started")
 
 
-class RunRecord(BaseModel):
-    """The journal entry of one run, written atomically into ``<out>/.sweep/<key>.sweep.json``."""
+class RunRecord(ArtifactHeader):
+    """The journal entry of one run, written atomically into ``<out>/.sweep/<key>.sweep.json``: the sweep's
+    artifact (one per run). Its header's model/device/backend/precision are the run's settings as requested."""
 
+    kind: Literal["sweep-run"] = SWEEP_RUN_KIND
+    schema_version: str = SWEEP_RUN_SCHEMA_VERSION
+    run_id: str = Field(description="the run's key")
+    started_utc: AwareDatetime
+    finished_utc: AwareDatetime
+    model: str | None = None
+    device: str | None = None
     key: str
     label: str
     status: Status
@@ -62,8 +75,33 @@ class RunRecord(BaseModel):
     placement: str | None = None
     hostname: str | None = None
     node_id: str | None = None
-    finished_utc: datetime
     config: dict[str, Any]
+
+    FILE_SUFFIX: ClassVar[str] = MARKER_SUFFIX
+
+    @model_validator(mode="before")
+    @classmethod
+    def _header_from_entry(cls, data: Any) -> Any:
+        """The header's id and settings come from the entry itself (also for entries written before the header;
+        those get ``finished_utc - wall_s`` as their start)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.setdefault("run_id", data.get("key"))
+        config = data.get("config")
+        if isinstance(config, dict):
+            for name in ("model", "device", "backend", "precision"):
+                data.setdefault(name, config.get(name))
+        if "started_utc" not in data and data.get("finished_utc") is not None:
+            try:
+                finished = TypeAdapter(AwareDatetime).validate_python(data["finished_utc"])
+                data["started_utc"] = finished - timedelta(seconds=float(data.get("wall_s") or 0.0))
+            except (ValidationError, TypeError, ValueError):
+                pass  # the missing start is reported by validation
+        return data
+
+    def stem(self) -> str:
+        return self.key
 
 
 def _die_with_parent() -> None:
@@ -93,6 +131,7 @@ def run_child(config: RunConfig, timeout_s: float | None, command: Sequence[str]
     """Run one benchmark as ``python3 -m vlabench run --config <per-run yaml>`` in its own process group; a crash,
     a non-zero exit or the timeout (the whole group is killed) becomes a failed outcome with its reason."""
     started = time.monotonic()
+    started_utc = datetime.now(timezone.utc)
     with tempfile.TemporaryDirectory(prefix="vlabench-sweep-") as temporary:
         work = Path(temporary)
         settings = config.model_copy(update={"out": work / "out"}).model_dump(mode="json")
@@ -111,21 +150,23 @@ def run_child(config: RunConfig, timeout_s: float | None, command: Sequence[str]
                 code = process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(process)
-                return _outcome("failed", started, reason=f"timed out after {timeout_s:g} s (process group killed)")
+                reason = f"timed out after {timeout_s:g} s (process group killed)"
+                return _outcome("failed", started, started_utc, reason=reason)
             except BaseException:
                 _kill_group(process)
                 raise
         produced = sorted((work / "out").glob("*.json"))
         if code in (0, EXIT_INVALID) and len(produced) == 1:
             status = "ok" if code == 0 else "invalid"
-            return _outcome(status, started, result_text=produced[0].read_text(), exit_code=code)
+            return _outcome(status, started, started_utc, result_text=produced[0].read_text(), exit_code=code)
         tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL_CHARS:]
         reason = _failure_reason(code, tail) if code else f"exit code 0 but {len(produced)} result files"
-        return _outcome("failed", started, reason=reason, exit_code=code)
+        return _outcome("failed", started, started_utc, reason=reason, exit_code=code)
 
 
-def _outcome(status: str, started: float, **fields: Any) -> ChildOutcome:
-    return ChildOutcome(status=status, wall_s=time.monotonic() - started, hostname=socket.gethostname(), **fields)
+def _outcome(status: str, started: float, started_utc: datetime, **fields: Any) -> ChildOutcome:
+    wall_s = time.monotonic() - started
+    return ChildOutcome(status=status, wall_s=wall_s, hostname=socket.gethostname(), started_utc=started_utc, **fields)
 
 
 class SweepStore:
@@ -197,6 +238,7 @@ class SweepStore:
         """Journal a run's outcome; a result is validated, then promoted into the results folder."""
         from vlabench.results.schema import RunResult
 
+        finished = datetime.now(timezone.utc)
         fields: dict[str, Any] = {
             "key": run.key,
             "label": run.label,
@@ -207,7 +249,8 @@ class SweepStore:
             "placement": run.placement,
             "hostname": outcome.hostname,
             "node_id": outcome.node_id,
-            "finished_utc": datetime.now(timezone.utc),
+            "started_utc": outcome.started_utc or finished - timedelta(seconds=outcome.wall_s),
+            "finished_utc": finished,
             "config": run.config.model_dump(mode="json"),
         }
         if outcome.status == "failed" or outcome.result_text is None:

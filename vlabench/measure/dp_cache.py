@@ -79,6 +79,8 @@ def parse_schedule(text: str, steps: int) -> DPCacheSchedule:
 def load_schedule(path: Path, steps: int) -> DPCacheSchedule:
     try:
         data = json.loads(path.read_text())
+        if isinstance(data, dict) and "kind" in data:  # a calibration artifact: the schedule is nested
+            data = data.get("schedule")
         schedule = DPCacheSchedule.model_validate(data)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None

@@ -9,30 +9,35 @@ import pandas as pd
 
 from vlabench.analysis.cet import cost_report
 from vlabench.errors import InputError
-from vlabench.results.schema import RunResult, load_result
-
-ARTIFACT_SUFFIXES = (".trace.json", ".profile.json", ".loop.json", ".dp-cache.json", ".fidelity.json")
+from vlabench.results.header import RUN_KIND
+from vlabench.results.schema import RunResult, load_result, result_from_document
+from vlabench.results.store import json_files, survey
 
 
 def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
-    """Every ``*.json`` result under the given files or folders; unreadable ones are skipped with a reason."""
+    """Every run result (``kind: run``, or a schema-1.0 file) under the given files or folders, whatever the files
+    are named. Other artifacts (profiles, loops, ...) and Chrome traces are passed over quietly; unreadable, invalid
+    and foreign JSON files are skipped with a reason. A file given by name is read as a run result."""
     loaded, skipped = [], []
     for root in paths:
-        if not root.exists():
-            raise InputError(f"{root}: no such file or folder")
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*.json") if _is_result_name(p.name))
-        for path in files:
+        if root.exists() and root.is_file():
             try:
-                loaded.append((path, load_result(path)))
+                loaded.append((root, load_result(root)))
             except InputError as exc:
                 skipped.append(str(exc))
+            continue
+        for path in json_files(root):
+            found = survey(path, RUN_KIND)
+            if found.error is not None:
+                skipped.append(str(found.error))
+            elif found.claims_run:
+                try:
+                    loaded.append((path, result_from_document(path, found.data)))
+                except InputError as exc:
+                    skipped.append(str(exc))
+            elif found.foreign:
+                skipped.append(f"{path}: not a vlabench artifact (no kind)")
     return loaded, skipped
-
-
-def _is_result_name(name: str) -> bool:
-    """Run results, not partial files, the trace and profile files ``vlabench profile`` writes beside them, or the
-    run markers of ``vlabench sweep``'s journal (``.sweep/<id>.sweep.json``)."""
-    return not name.startswith(".") and not name.endswith((*ARTIFACT_SUFFIXES, ".sweep.json"))
 
 
 def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> pd.DataFrame:

@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, Field
 
-from vlabench.atomic import atomic_write_text
 from vlabench.analysis.cet import CostReport
+from vlabench.analysis.roofline import RooflineReport
+from vlabench.atomic import atomic_write_text
 from vlabench.config import RunConfig
+from vlabench.errors import InputError
 from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
-from vlabench.errors import InputError
-from vlabench.optimizations.fidelity import ActionError
-from vlabench.results.provenance import Provenance
-from vlabench.analysis.roofline import RooflineReport
 from vlabench.measure.stats import Stats
-from vlabench.telemetry.system_state import SystemState
 from vlabench.models.workload import Workload
+from vlabench.optimizations.fidelity import ActionError
+from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader
+from vlabench.results.provenance import Provenance
+from vlabench.results.store import read_json, validate_artifact
+from vlabench.telemetry.system_state import SystemState
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, SCHEMA_VERSION)
 
 
 class ModelInfo(BaseModel):
@@ -107,19 +109,21 @@ class Optimization(BaseModel):
     dp_cache_error: ActionError | None
 
 
-class RunResult(BaseModel):
+class RunResult(ArtifactHeader):
+    kind: Literal["run"] = RUN_KIND
     schema_version: str = SCHEMA_VERSION
     run_id: str
-    config_hash: str
-    started_utc: datetime
-    finished_utc: datetime
-    config: RunConfig
-    workload: Workload
+    started_utc: AwareDatetime
+    finished_utc: AwareDatetime
     model: ModelInfo
     device: DeviceInfo
     backend: str
-    backend_details: dict[str, Any]
     precision: str
+    provenance: Provenance
+    config_hash: str
+    config: RunConfig
+    workload: Workload
+    backend_details: dict[str, Any]
     timing: Timing
     control: ControlVerdict
     correctness: Correctness | None = Field(default=None, description="None for the fp32 eager torch reference")
@@ -128,21 +132,21 @@ class RunResult(BaseModel):
     memory: MemoryInfo
     warnings: list[str]
     system_state: SystemState
-    provenance: Provenance
     optimization: Optimization | None = None
     roofline: RooflineReport | None = Field(
         default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
     )
+
+    READABLE_SCHEMAS: ClassVar[tuple[str, ...] | None] = READABLE_SCHEMA_VERSIONS
 
     @property
     def valid(self) -> bool:
         """False when the run failed the correctness gate; invalid runs are never ranked."""
         return self.correctness is None or self.correctness.passed
 
-    def file_name(self) -> str:
-        stamp = self.started_utc.strftime("%Y%m%dT%H%M%SZ")
-        parts = (stamp, self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
-        return "_".join(parts) + ".json"
+    def stem(self) -> str:
+        parts = (self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
+        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def write_result(result: RunResult, out_dir: Path) -> Path:
@@ -150,19 +154,15 @@ def write_result(result: RunResult, out_dir: Path) -> Path:
     return atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
 
 
+def result_from_document(path: Path, data: Any) -> RunResult:
+    """A parsed document as a run result: kind ``run`` with a readable schema (a schema-1.0 file, which has no kind,
+    is a run result); anything else raises InputError naming the file and the problem."""
+    problem = RunResult.document_problem(data)
+    if problem is not None:
+        raise InputError(f"{path}: {problem}")
+    return validate_artifact(path, data, RunResult, "result")
+
+
 def load_result(path: Path) -> RunResult:
     """Read and validate a result file; malformed or foreign files raise InputError naming the problem."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else None
-        raise InputError(f"{path}: schema_version {found!r} is not the supported {SCHEMA_VERSION!r}")
-    try:
-        return RunResult.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"{path}: invalid result at {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return result_from_document(path, read_json(path))

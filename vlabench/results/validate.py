@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
-from rich.table import Table
 
-from vlabench.results.aggregate import _is_result_name
 from vlabench.backends import BACKENDS
 from vlabench.measure.correctness import needs_reference
-from vlabench.errors import InputError
-from vlabench.results.schema import SCHEMA_VERSION, RunResult
+from vlabench.results.header import RUN_KIND
+from vlabench.results.schema import RunResult
+from vlabench.results.store import UnreadableFile, json_files, read_json, survey
 
 
 class Requirements(BaseModel):
@@ -29,11 +27,13 @@ class Problem(BaseModel):
 
 
 def result_files(root: Path) -> list[Path]:
-    if not root.exists():
-        raise InputError(f"{root}: no such file or folder")
+    """``root`` when it is a file; else the JSON files below it that are run results (by ``kind``, whatever their
+    names), claim a run schema version, or cannot be read. Other artifacts, Chrome traces and foreign JSON are not
+    result files."""
     if root.is_file():
         return [root]
-    return sorted(path for path in root.rglob("*.json") if _is_result_name(path.name))
+    surveyed = (survey(path, RUN_KIND) for path in json_files(root))
+    return [found.path for found in surveyed if found.error is not None or found.claims_run]
 
 
 def validate_folder(root: Path, requirements: Requirements) -> tuple[list[Path], list[Problem]]:
@@ -48,14 +48,12 @@ def validate_file(path: Path, requirements: Requirements) -> list[Problem]:
         return Problem(file=str(path), field=field, message=message)
 
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        return [problem("<file>", f"cannot read: {exc}")]
-    except json.JSONDecodeError as exc:
-        return [problem("<file>", f"not valid JSON: {exc}")]
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else None
-        return [problem("schema_version", f"{found!r} is not the supported {SCHEMA_VERSION!r}")]
+        data = read_json(path)
+    except UnreadableFile as exc:
+        return [problem("<file>", exc.reason)]
+    wrong = RunResult.document_problem(data)  # not a run result, or a run schema this version does not read
+    if wrong is not None:
+        return [problem(wrong.field, wrong.message)]
     try:
         result = RunResult.model_validate(data)
     except ValidationError as exc:
@@ -103,12 +101,3 @@ def publication_problems(result: RunResult, requirements: Requirements) -> list[
         if requirements.require_measured_energy and energy.label != "measured":
             found.append(("energy.label", f"{energy.label} ({energy.method}), not measured by a sensor"))
     return found
-
-
-def problems_table(problems: list[Problem]) -> Table:
-    table = Table(title=f"{len(problems)} problems", title_justify="left")
-    for column in ("file", "field", "problem"):
-        table.add_column(column, overflow="fold")
-    for problem in problems:
-        table.add_row(problem.file, problem.field, problem.message)
-    return table

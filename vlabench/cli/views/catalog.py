@@ -1,4 +1,4 @@
-"""Rich tables of ``vlabench models`` and ``vlabench devices``, and the plain rows behind them (also their JSON)."""
+"""Rich tables of ``vlabench models`` and ``vlabench devices`` (their rows come from ``commands.catalog``)."""
 
 from __future__ import annotations
 
@@ -6,46 +6,17 @@ from typing import Any
 
 from rich.table import Table
 
-from vlabench.cli.views.tables import table
-from vlabench.hardware.detection import detect_host
-from vlabench.hardware.devices import all_profiles, profile_present, resolve_device
-from vlabench.models.replicas import count_parameters
-from vlabench.models.specs import load_model_spec, model_names
-from vlabench.models.workload import Workload
+from vlabench.cli.views.tables import titled_table
+from vlabench.hardware.devices import ResolvedDevice
+from vlabench.kernels.ceilings import MeasuredCeiling
 
 
-def model_rows() -> list[dict[str, Any]]:
-    rows = []
-    for name in model_names():
-        spec = load_model_spec(name)
-        workload = Workload.from_spec(spec)
-        params = count_parameters(spec)
-        reference = spec.reference.params if spec.reference else None
-        rows.append(
-            {
-                "name": name,
-                "family": spec.family,
-                "params": params,
-                "reference_params": reference,
-                "params_delta_pct": round((params - reference) / reference * 100, 2) if reference else None,
-                "image_size": "×".join(map(str, dict.fromkeys(spec.image_shape))),
-                "tokens_per_camera": spec.tokens_per_camera,
-                "cameras": workload.cameras,
-                "prefix_tokens": workload.prefix_tokens,
-                "backbone": spec.summary[0],
-                "action_head": spec.summary[1],
-                "sampler": workload.sampler,
-                "steps": workload.steps,
-                "chunk": workload.chunk,
-            }
-        )
-    return rows
-
-
-def modelstable(rows: list[dict[str, Any]]) -> Table:
+def models_table(rows: list[dict[str, Any]]) -> Table:
     columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "backbone", "action head"]
     columns += ["steps", "chunk"]
-    table = table("Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"})
+    table = titled_table(
+        "Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"}
+    )
     for row in rows:
         reference = row["reference_params"]
         table.add_row(
@@ -65,42 +36,9 @@ def modelstable(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def device_rows() -> tuple[list[dict[str, Any]], str]:
-    host = detect_host()
-    auto = resolve_device("auto", host)
-    rows = []
-    for profile in all_profiles():
-        precision = next((p for p in ("fp16", "bf16", "fp32") if p in profile.peak_tflops), None)
-        peak = profile.peak_tflops[precision] if precision else None
-        rows.append(
-            {
-                "name": profile.name,
-                "display_name": profile.display_name,
-                "kind": profile.kind,
-                "vendor": profile.vendor,
-                "memory_gb": profile.memory_gb.value if profile.memory_gb else None,
-                "bandwidth_gbs": profile.bandwidth_gbs.value if profile.bandwidth_gbs else None,
-                "peak_tflops": peak.value if peak else None,
-                "peak_precision": precision,
-                "tdp_w": profile.tdp_w.value if profile.tdp_w else None,
-                "price_usd": profile.price.usd if profile.price else None,
-                "price_estimate": bool(profile.price and profile.price.estimate),
-                "sources": {
-                    key: getattr(profile, key).source
-                    for key in ("memory_gb", "bandwidth_gbs", "tdp_w", "price")
-                    if getattr(profile, key) is not None
-                },
-                "detected": profile_present(profile, host),
-                "auto": profile.name == auto.profile.name,
-            }
-        )
-    host_line = f"This host: {host.describe()}. --device auto resolves to {auto.profile.name} ({auto.note})."
-    return rows, host_line
-
-
-def devicestable(rows: list[dict[str, Any]]) -> Table:
+def devices_table(rows: list[dict[str, Any]]) -> Table:
     columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "peak TFLOP/s", "TDP W", "price USD"]
-    table = table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
+    table = titled_table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
     for row in rows:
         mark = "★" if row["auto"] else "●" if row["detected"] else ""
         table.add_row(
@@ -117,10 +55,10 @@ def devicestable(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def ceilingstable(resolved, measured) -> Table:
+def ceilings_table(resolved: ResolvedDevice, measured: list[MeasuredCeiling]) -> Table:
     """Measured ceilings next to the profile's datasheet figures."""
     profile = resolved.profile
-    table = table(
+    table = titled_table(
         f"Measured ceilings of {profile.name} on {resolved.torch_device} (best of repeated runs)",
         ["quantity", "measured", "datasheet", "measured / datasheet", "how"],
         {"measured", "datasheet", "measured / datasheet"},

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from vlabench.cli.views.tables import table
+from vlabench.cli.views.tables import titled_table
+from vlabench.commands.loop import LoopResult
 
 
-def looptable(result) -> Table:
+def loop_table(result: LoopResult) -> Table:
     """Exact vs V-AEFusion control loop (``vlabench loop``)."""
     title = (
         f"Control loop: {result.model} on {result.device} ({result.backend}, {result.precision}), "
         f"{result.cycles} cycles each, {result.concurrency}"
     )
     columns = ["loop", "stale steps", "cycle p50 ms", "p90 ms", "CoV", "actions/s (p50)", "overlap p50 ms"]
-    table = table(title, columns, set(columns[1:]))
+    table = titled_table(title, columns, set(columns[1:]))
     for name, variant in (("exact", result.exact), ("V-AEFusion", result.fused)):
         stats = variant.cycle_ms
         table.add_row(

@@ -6,11 +6,11 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from vlabench.cli.views.tables import table
+from vlabench.cli.views.tables import titled_table
 
 
-def ranktable(frame, priority: str, control_hz: float) -> Table:
-    table = table(
+def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> Table:
+    table = titled_table(
         f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
         [
             "#",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from vlabench.analysis.cet import feasibility
-from vlabench.cli.views.tables import table
+from vlabench.cli.views.tables import titled_table
+from vlabench.commands.run import RunPlan
 from vlabench.results.schema import RunResult
 from vlabench.vocab import Phase
 
@@ -17,7 +20,7 @@ GIB = 1024**3
 PROGRESS_AFTER_S = 3.0
 
 
-def plan_summary(plans) -> Text:
+def plan_summary(plans: list[RunPlan]) -> Text:
     plan = plans[0]
     c, w = plan.config, plan.workload
     backends = ", ".join(f"{p.backend.name} ({p.precision})" for p in plans)
@@ -37,7 +40,7 @@ def plan_summary(plans) -> Text:
     return Text("\n".join(lines))
 
 
-def energy_plan(plan) -> str:
+def energy_plan(plan: RunPlan) -> str:
     meter = plan.meter.meter
     if meter is None:
         return "not measured (--energy-meter none)"
@@ -51,7 +54,7 @@ def energy_plan(plan) -> str:
 def result_tables(result: RunResult) -> list[Any]:
     timing = result.timing
     e2e = timing.phases["e2e"].p50
-    table = table(
+    table = titled_table(
         f"{result.model.name} on {result.device.profile} · {result.backend} {result.precision} · "
         f"{timing.iterations} timed inferences",
         ["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"],
@@ -121,10 +124,10 @@ def correctness_line(result: RunResult) -> Text:
     )
 
 
-def comparisontable(results: list[RunResult]) -> Table:
+def comparison_table(results: list[RunResult]) -> Table:
     """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
     eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
-    table = table(
+    table = titled_table(
         f"{results[0].model.name} on {results[0].device.profile}: backends compared (interleaved), p50 in ms",
         [
             "backend",
@@ -210,3 +213,37 @@ def cet_lines(result: RunResult) -> list[Text]:
         )
     )
     return lines
+
+
+class RunProgress:
+    """A progress bar that appears only once a run is expected to take more than a few seconds."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def update(self, done: int, expected: int) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.bar is None:
+            if elapsed / done * (expected - done) < PROGRESS_AFTER_S or not self.console.is_terminal:
+                return
+            self.bar = Progress(
+                TextColumn("timing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("timing", total=expected)
+        self.bar.update(self.task, completed=done, total=expected)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 
-def table(title: str, columns: list[str], numeric: set[str] = frozenset()) -> Table:
+def titled_table(title: str, columns: list[str], numeric: set[str] = frozenset()) -> Table:
     """A left-titled table whose ``numeric`` columns are right-justified."""
     built = Table(title=title, title_justify="left")
     for column in columns:

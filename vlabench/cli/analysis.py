@@ -1,0 +1,119 @@
+"""``vlabench roofline``, ``fidelity`` and ``calibrate dp-cache``: analytic bounds, and what the optimizations cost."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vlabench.cli.options import CamerasFlag, ChunkFlag, StepsFlag, arguments_for
+from vlabench.cli.views.console import show, stderr
+from vlabench.errors import InputError
+
+
+def roofline(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
+    device: Annotated[str, typer.Option(help="Any device profile (present or not), or auto/cpu/cuda/jetson.")] = "auto",
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, bf16, fp16. [default: fp32 on CPUs, else bf16 or fp16 from the profile]")
+    ] = None,
+    cameras: CamerasFlag = None,
+    steps: StepsFlag = None,
+    chunk: ChunkFlag = None,
+    measure_ceilings: Annotated[
+        bool | None,
+        typer.Option(help="Measure GEMM peak and bandwidth here. [default: when the device is this host]"),
+    ] = None,
+    result: Annotated[
+        Path | None, typer.Option(help="A `vlabench run` result: achieved FLOP/s from its measured phase latencies.")
+    ] = None,
+    efficiency: Annotated[
+        float | None, typer.Option(help="Projection: share of the roofline the device reaches (0–1). [default: 1]")
+    ] = None,
+    calibrate: Annotated[
+        Path | None, typer.Option(help="Projection: take per-phase efficiency from this measured result.")
+    ] = None,
+    control_hz: Annotated[float, typer.Option(help="Control-rate target for the feasibility verdict, Hz.")] = 10.0,
+    layers: Annotated[bool, typer.Option(help="Print the per-layer table (VLM and expert).")] = True,
+    top: Annotated[int, typer.Option(help="Heaviest operator kinds to list.")] = 12,
+    html: Annotated[bool, typer.Option(help="Write the interactive roofline chart (HTML) into --out.")] = True,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the chart.")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """FLOPs and bytes per phase, layer and operator against datasheet and measured ceilings; projection to any
+    profiled device with a feasibility verdict."""
+    from vlabench.analysis.roofline_chart import write_roofline_html
+    from vlabench.cli.views.roofline import roofline_renderables
+    from vlabench.commands.roofline import RooflineRequest, default_precision, resolve_profile, run_roofline
+    from vlabench.vocab import Precision
+
+    if control_hz <= 0 or top < 0:
+        raise InputError("--control-hz must be positive and --top non-negative")
+    chosen = Precision.parse(precision) if precision else default_precision(resolve_profile(device)[0])
+    fields = {field.name for field in dataclasses.fields(RooflineRequest)}
+    outcome = run_roofline(RooflineRequest(**{**arguments_for(ctx, fields), "precision": chosen}))
+    outcome.report.operators = outcome.report.operators[:top]
+    report = outcome.report
+    chart = out_dir / f"{report.model}_{report.device}_{report.precision}.roofline.html"
+    written = [f"chart: [bold]{write_roofline_html(report, chart)}[/]"] if html else []
+    show(as_json, outcome, roofline_renderables(outcome, layers), *written)
+
+
+def fidelity(
+    model: Annotated[str, typer.Option(help="Model replica for the open-loop errors.")] = "smolvla",
+    observations: Annotated[int, typer.Option(help="Open loop: cycles of a drifting observation sequence.")] = 100,
+    closed_loop: Annotated[
+        bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
+    ] = True,
+    episodes: Annotated[int, typer.Option(help="Closed loop: seeded episodes per variant.")] = 50,
+    actions_per_chunk: Annotated[
+        int, typer.Option(help="Closed loop: actions executed per predicted chunk (of 8); more is less forgiving.")
+    ] = 4,
+    seed: Annotated[int, typer.Option(help="Seed for weights, observations, noise and episodes.")] = 0,
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
+) -> None:
+    """Action error (open loop) and task success (closed loop) of DP-Cache, V-AEFusion and lossless fusion."""
+    from vlabench.cli.views.optimizations import fidelity_tables
+    from vlabench.commands.fidelity import run_fidelity
+
+    if observations < 1 or episodes < 1 or not 1 <= actions_per_chunk <= 8:
+        raise InputError("--observations and --episodes must be ≥ 1, --actions-per-chunk within 1..8")
+    stderr.print(
+        f"open loop: {observations} observations of {model}"
+        + (f"; closed loop: {episodes} episodes" if closed_loop else "")
+    )
+    report, path = run_fidelity(model, observations, episodes if closed_loop else 0, seed, out_dir, actions_per_chunk)
+    show(as_json, report, fidelity_tables(report), f"fidelity: [bold]{path}[/]")
+
+
+def calibrate_dp_cache(
+    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
+    observations: Annotated[int, typer.Option(help="Seeded observations to calibrate on.")] = 32,
+    budget: Annotated[
+        float, typer.Option(help="Worst relative action error allowed (max |Δ| / max |exact displacement|).")
+    ] = 0.05,
+    steps: StepsFlag = None,
+    cameras: CamerasFlag = None,
+    seed: Annotated[int, typer.Option(help="Seed for weights, observations and noise.")] = 0,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Schedule file. [default: results/<model>.dp-cache.json]")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule JSON.")] = False,
+) -> None:
+    """Pick the DP-Cache schedule with the most skipped steps within an action-error budget; save it for --dp-cache."""
+    from vlabench.cli.views.optimizations import schedule_lines
+    from vlabench.commands.calibrate import plan_calibration, run_calibration
+
+    spec, workload = plan_calibration(model, observations, budget, steps, cameras)
+    stderr.print(f"calibrating DP-Cache on {observations} observations of {model} (fp32 eager torch) …")
+    schedule, path = run_calibration(spec, workload, observations, budget, seed, out_file)
+    show(
+        as_json,
+        schedule,
+        schedule_lines(schedule, budget),
+        f"schedule file: [bold]{path}[/] (use with --dp-cache {path})",
+    )

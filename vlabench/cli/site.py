@@ -1,0 +1,45 @@
+"""``vlabench site build`` and ``site serve``: the static CET leaderboard website."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vlabench.cli.views.console import stdout, warn_skipped
+
+
+def build(
+    paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Site folder (replaced atomically).")] = Path("site"),
+    priority: Annotated[str, typer.Option(help="Initial CET priority: cost, energy or time.")] = "cost",
+    control_hz: Annotated[float, typer.Option(help="Initial control-rate target, Hz (the page can change it).")] = 10.0,
+) -> None:
+    """Build the leaderboard (static files with relative links, no CDN) from results folders."""
+    from vlabench.leaderboard_site.build import build_site
+
+    report = build_site(paths, out_dir, priority, control_hz)  # type: ignore[arg-type]
+    warn_skipped(report.skipped)
+    stdout.print(
+        f"site: [bold]{report.site}[/] ({report.rows} leaderboard rows from {report.runs} results, "
+        f"{report.pages} pages); open {report.site / 'index.html'} or run `vlabench site serve {report.site}`",
+        highlight=False,
+    )
+
+
+def serve(
+    site: Annotated[Path, typer.Argument(help="A folder written by `vlabench site build`.")],
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1.")] = 8000,
+) -> None:
+    """Preview a built site on http://127.0.0.1:PORT (Ctrl-C stops it)."""
+    from vlabench.leaderboard_site.serve import make_server
+
+    server = make_server(site, port)
+    stdout.print(f"serving {site} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        stdout.print("stopped")
+    finally:
+        server.server_close()

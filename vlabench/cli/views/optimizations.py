@@ -1,0 +1,45 @@
+"""What ``vlabench fidelity`` and ``vlabench calibrate dp-cache`` show."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from vlabench.commands.fidelity import FidelityReport
+from vlabench.measure.dp_cache import DPCacheSchedule
+
+
+def fidelity_tables(report: FidelityReport) -> list[Table]:
+    table = Table(
+        title=f"Open loop: {report.model}, {report.open_loop[0].error.samples} observations vs the exact path"
+    )
+    for column in ("variant", "max abs", "RMSE", "cosine", "relative"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in report.open_loop:
+        e = row.error
+        table.add_row(row.variant.name, f"{e.max_abs:.4g}", f"{e.rmse:.4g}", f"{e.cosine:.6f}", f"{e.relative:.4g}")
+    tables = [table]
+    if report.closed_loop:
+        closed = Table(title=f"Closed loop: {report.closed_loop_task}")
+        for column in ("variant", "success", "rate", "mean final distance m", "expert calls per chunk"):
+            closed.add_column(column, justify="left" if column == "variant" else "right")
+        for row in report.closed_loop:
+            closed.add_row(
+                row.variant,
+                f"{row.successes}/{row.episodes}",
+                f"{row.success_rate:.0%}",
+                f"{row.mean_final_distance_m:.4f}",
+                f"{row.expert_calls_per_chunk:.1f}",
+            )
+        tables.append(closed)
+    return tables
+
+
+def schedule_lines(schedule: DPCacheSchedule, budget: float) -> list[str]:
+    """The calibrated schedule: step-to-step similarity, steps computed, error against the budget."""
+    report = schedule.calibration or {}
+    similarity = ", ".join(f"{value:.3f}" for value in report.get("step_similarity", []))
+    return [
+        f"step-to-step velocity cosine: {similarity}",
+        f"schedule: computes {schedule.label()} (skips {len(schedule.skipped)}), worst relative error "
+        f"{report.get('error', 0):.4f} within budget {budget:g}; {report.get('candidates_evaluated')} candidates",
+    ]

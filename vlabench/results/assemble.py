@@ -1,0 +1,237 @@
+"""A run's JSON result, assembled from its plan and what was measured: timing statistics, the control-rate
+verdict, energy, cost, memory, warnings and provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Protocol
+
+import torch
+
+from vlabench.analysis.cet import CostAssumptions, CostReport, cost_report
+from vlabench.analysis.memory import Footprint, peak_rss_bytes
+from vlabench.backends import Backend
+from vlabench.config import RunConfig
+from vlabench.hardware.detection import detect_host
+from vlabench.hardware.devices import ResolvedDevice
+from vlabench.measure.correctness import Correctness
+from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.measure.stats import NOISY_COV, Stats, summarize
+from vlabench.measure.timing import Contender, EnergyWindows, Measurement
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
+from vlabench.results.provenance import collect_provenance
+from vlabench.results.schema import (
+    ControlVerdict,
+    DeviceInfo,
+    EnergyResult,
+    MemoryInfo,
+    ModelInfo,
+    RunResult,
+    Timing,
+)
+from vlabench.telemetry.energy.base import EnergyMeter
+from vlabench.telemetry.system_state import SystemState
+from vlabench.vocab import Phase
+
+NOISE_CHECKED_PHASES = (*Phase.END_TO_END_PARTS, Phase.E2E)
+BUSY_BACKGROUND_PERCENT = 25.0
+
+
+class PlannedRun(Protocol):
+    """What a result is about: the plan ``commands.run.plan_run`` resolved (its ``RunPlan`` has these fields)."""
+
+    config: RunConfig
+    spec: ModelSpec
+    device: ResolvedDevice
+    backend: Backend
+    precision: str
+    workload: Workload
+    footprint: Footprint
+    caveats: tuple[str, ...]
+    schedule: DPCacheSchedule | None
+
+
+def assemble_result(
+    plan: PlannedRun,
+    contender: Contender,
+    measurement: Measurement,
+    energy: EnergyResult | None,
+    correctness: Correctness | None,
+    system_state: SystemState,
+    started: datetime,
+) -> RunResult:
+    config, spec, workload = plan.config, plan.spec, plan.workload
+    target = plan.device.torch_device
+    samples = measurement.samples_ms
+    steps = [samples[Phase.step_span(i)] for i in range(workload.steps) if Phase.step_span(i) in samples]
+    if steps:
+        samples["denoise_step"] = [value for step in steps for value in step]
+    phases = {name: summarize(samples[name]) for name in Phase.RECORDED if name in samples}
+    timing = Timing(
+        phases=phases,
+        denoise_steps=[summarize(step) for step in steps],
+        first_inference_ms=measurement.first_inference_ms,
+        warmup_iterations=max(config.warmup, 1),
+        iterations=measurement.iterations,
+        timed_duration_s=measurement.timed_duration_s,
+        samples_ms=samples,
+    )
+    host = detect_host()
+    control = control_verdict(timing.phases["e2e"], workload.actions_per_chunk, config.control_hz)
+    price = config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
+    memory_gb = plan.device.profile.memory_gb.value if plan.device.profile.memory_gb else None
+    if memory_gb is None and target.type == "cpu":
+        memory_gb = round(host.memory_gb, 1)
+    return RunResult(
+        run_id=uuid.uuid4().hex,
+        config_hash=config_hash(plan),
+        started_utc=started,
+        finished_utc=datetime.now(timezone.utc),
+        config=config.model_copy(update={"backend": plan.backend.name}),
+        workload=workload,
+        model=ModelInfo(
+            name=spec.name,
+            family=spec.family,
+            spec_hash=spec.spec_hash,
+            params=plan.footprint.params,
+            tokens_per_camera=spec.tokens_per_camera,
+            checkpoint=spec.checkpoint,
+        ),
+        device=DeviceInfo(
+            requested=plan.device.requested,
+            profile=plan.device.profile.name,
+            display_name=plan.device.profile.display_name,
+            kind=plan.device.profile.kind,
+            torch_device=str(target),
+            note=plan.device.note,
+            memory_gb=memory_gb,
+            price_usd=price,
+        ),
+        backend=plan.backend.name,
+        backend_details=contender.policy.details(),
+        precision=plan.precision,
+        timing=timing,
+        control=control,
+        correctness=correctness,
+        energy=energy,
+        cost=run_cost(plan, energy, timing.phases["e2e"], price) if energy else None,
+        memory=MemoryInfo(
+            params=plan.footprint.params,
+            weights_bytes=plan.footprint.weights_bytes,
+            estimated_total_bytes=plan.footprint.total_bytes,
+            peak_rss_bytes=peak_rss_bytes(),
+            cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
+        ),
+        warnings=[*plan.caveats, *measurement_warnings(phases, config, measurement, system_state, correctness)],
+        system_state=system_state,
+        provenance=collect_provenance(host, torch.get_num_threads()),
+    )
+
+
+def energy_result(meter: EnergyMeter, windows: EnergyWindows, actions_per_chunk: int, notes: list[str]) -> EnergyResult:
+    busy, idle = windows.busy, windows.idle
+    per_inference = busy.joules / windows.iterations
+    return EnergyResult(
+        label=meter.label,
+        method=meter.method,
+        scope=meter.scope,
+        sampling_period_s=meter.sampling_period_s,
+        meter=meter.describe(),
+        idle_window_s=idle.duration_s,
+        idle_w=idle.average_w,
+        window_s=busy.duration_s,
+        window_inferences=windows.iterations,
+        average_w=busy.average_w,
+        joules_per_inference=per_inference,
+        joules_per_action=per_inference / actions_per_chunk,
+        dynamic_joules_per_inference=(busy.average_w - idle.average_w) * busy.duration_s / windows.iterations,
+        notes=notes,
+    )
+
+
+def run_cost(plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | None) -> CostReport:
+    profile_price = plan.device.profile.price
+    config = plan.config
+    return cost_report(
+        price_usd=price,
+        price_source="--price-usd" if config.price_usd else profile_price.source if profile_price else None,
+        price_estimate=bool(profile_price and profile_price.estimate and not config.price_usd),
+        joules_per_inference=energy.joules_per_inference,
+        idle_w=energy.idle_w,
+        energy_label=energy.label,
+        latency_p50_ms=e2e.p50,
+        actions_per_chunk=plan.workload.actions_per_chunk,
+        control_hz=config.control_hz,
+        assumptions=CostAssumptions(
+            lifetime_years=config.lifetime_years,
+            duty_cycle=config.duty_cycle,
+            electricity_usd_per_kwh=config.usd_per_kwh,
+        ),
+    )
+
+
+def control_verdict(e2e: Stats, actions_per_chunk: int, control_hz: float) -> ControlVerdict:
+    """Action rate = actions executed per chunk / inference latency; the target must hold at p99."""
+    action_hz_p99 = actions_per_chunk * 1000.0 / e2e.p99
+    return ControlVerdict(
+        control_hz=control_hz,
+        actions_per_chunk=actions_per_chunk,
+        inference_hz_p50=1000.0 / e2e.p50,
+        inference_hz_p99=1000.0 / e2e.p99,
+        action_hz_p50=actions_per_chunk * 1000.0 / e2e.p50,
+        action_hz_p99=action_hz_p99,
+        meets_target=action_hz_p99 >= control_hz,
+    )
+
+
+def measurement_warnings(
+    phases: dict[str, Stats],
+    config: RunConfig,
+    measurement: Measurement,
+    system: SystemState,
+    correctness: Correctness | None = None,
+) -> list[str]:
+    warnings = [
+        f"{name}: coefficient of variation {phases[name].cov:.1%} exceeds {NOISY_COV:.0%}; the timing is noisy "
+        "(other load, frequency scaling or thermal throttling)"
+        for name in NOISE_CHECKED_PHASES
+        if phases[name].cov > NOISY_COV
+    ]
+    if correctness is not None and not correctness.passed:
+        warnings.append(
+            f"INVALID: action error {correctness.relative_error:.2e} (relative) / cosine "
+            f"{correctness.displacement_cosine:.6f} "
+            f"exceeds the {correctness.tolerance.max_relative_error:g} / {correctness.tolerance.min_cosine:g} "
+            "tolerance against torch fp32; this run is never ranked"
+        )
+    if system.background_cpu_percent > BUSY_BACKGROUND_PERCENT:
+        warnings.append(
+            f"other processes kept the CPUs {system.background_cpu_percent:.0f}% busy before the run started; "
+            "close them for reproducible timings"
+        )
+    if measurement.iterations >= config.max_iterations and measurement.timed_duration_s < config.min_duration_s:
+        warnings.append(
+            f"stopped at --max-iterations {config.max_iterations} after {measurement.timed_duration_s:.1f} s, "
+            f"before the {config.min_duration_s:g} s minimum duration"
+        )
+    return warnings
+
+
+def config_hash(plan: PlannedRun) -> str:
+    """Identity of what was measured: model spec, workload, device profile, backend, precision, seed."""
+    identity = {
+        "spec": plan.spec.spec_hash,
+        "workload": plan.workload.model_dump(),
+        "device": plan.device.profile.name,
+        "backend": plan.backend.name,
+        "precision": plan.precision,
+        "seed": plan.config.seed,
+        "threads": plan.config.threads,
+        "dp_cache": plan.schedule.computed if plan.schedule else None,
+        "fuse_expert_kv": plan.config.fuse_expert_kv,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
