@@ -15,6 +15,7 @@ __all__ = [
     "Backend",
     "BackendOptions",
     "PreparedPolicy",
+    "backend_class",
     "get_backend",
 ]
 
@@ -27,7 +28,11 @@ BACKENDS: dict[str, type[Backend]] = {
 }
 
 
-def get_backend(name: str, options: BackendOptions | None = None) -> Backend:
+def backend_class(name: str) -> type[Backend]:
     if name not in BACKENDS:
         raise unknown_name("backend", name, BACKENDS)
-    return BACKENDS[name].from_options(options or BackendOptions())
+    return BACKENDS[name]
+
+
+def get_backend(name: str, options: BackendOptions | None = None) -> Backend:
+    return backend_class(name).from_options(options or BackendOptions())

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from vlabench.errors import UnavailableError
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.models.replicas import Observation
 from vlabench.models.specs import ModelSpec
@@ -41,6 +42,9 @@ class Backend(ABC):
     """Can hoist the action expert's prefix K/V projections out of the loop (``--fuse-expert-kv``)."""
     captures_graphs: ClassVar[bool] = False
     """Can replay the whole denoising loop as one captured graph (``--fuse-denoise-loop``)."""
+    engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU"}
+    """The compute engines (``hardware.targets.Engine``) this backend can execute on, each with how it gets there
+    (shown when a run is refused)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -50,6 +54,14 @@ class Backend(ABC):
     @classmethod
     def from_options(cls, options: BackendOptions) -> Backend:
         return cls()
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        """The torch device for inputs and outputs, and the options, that make this backend execute on ``engine``
+        (one of ``engines``); UnavailableError when options contradict it or its runtime is missing here."""
+        if engine != "cpu":
+            raise UnavailableError(f"backend '{cls.name}' does not execute on {engine}")
+        return torch.device("cpu"), options
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
         """Precisions this backend runs on ``device``."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -15,6 +16,7 @@ from torch import Tensor
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import export_onnx, load_cache_class
 from vlabench.errors import InputError, UnavailableError
+from vlabench.hardware.targets import ENGINE_OF_ORT_PROVIDER, ExecutionTarget
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
@@ -56,6 +58,13 @@ class OrtPolicy(GraphPolicy):
         outputs = self.sessions[graph].run(names, present)
         return {name: torch.from_numpy(np.asarray(out)).to(device) for name, out in zip(names, outputs, strict=True)}
 
+    def executed_on(self) -> ExecutionTarget:
+        """The provider every session actually uses first (onnxruntime falls back to the CPU silently)."""
+        used = {session.get_providers()[0] for session in self.sessions.values()}
+        engines = {ENGINE_OF_ORT_PROVIDER.get(provider, "unknown") for provider in used}
+        engine = engines.pop() if len(engines) == 1 else "mixed"
+        return ExecutionTarget(engine=engine, device=", ".join(sorted(used)), source="onnxruntime session providers")
+
     def synchronize(self) -> None:
         """``run`` returns host arrays; only the copies back to a CUDA device can still be in flight."""
         if self.device.type == "cuda":
@@ -93,6 +102,23 @@ class OrtPolicy(GraphPolicy):
 class OnnxRuntimeBackend(Backend):
     profiles_nodes = True
     name = "onnxruntime"
+    engines: ClassVar[dict[str, str]] = {
+        "cpu": "with --ep cpu",
+        "cuda": "with --ep cuda or --ep tensorrt",
+        "ascend-npu": "with --ep cann (an onnxruntime build with the CANN provider)",
+    }
+    default_ep: ClassVar[dict[str, str]] = {"cpu": "cpu", "cuda": "cuda", "ascend-npu": "cann"}
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        """The provider decides the engine; inputs and outputs live on the CUDA device for the CUDA providers."""
+        ep = options.ep or cls.default_ep[engine]
+        reached = ENGINE_OF_ORT_PROVIDER.get(EXECUTION_PROVIDERS.get(ep, ""))
+        if reached != engine:
+            where = f"on {reached}" if reached else "on no engine vlabench can label"
+            raise UnavailableError(f"--ep {ep} executes {where}, not on {engine}; use --ep {cls.default_ep[engine]}")
+        device = torch.device("cuda:0") if engine == "cuda" else torch.device("cpu")
+        return device, replace(options, ep=ep)
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OnnxRuntimeBackend:

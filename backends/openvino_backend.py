@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
+from vlabench.hardware.targets import ExecutionTarget, openvino_engine
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
@@ -55,6 +57,9 @@ class OpenVinoPolicy(GraphPolicy):
         self.profile_nodes = profile_nodes
         self._nodes: list[NodeEvent] = []
         self.requests = {graph: model.create_infer_request() for graph, model in compiled.items()}
+        self.execution_devices = sorted(
+            {str(name) for model in compiled.values() for name in model.get_property("EXECUTION_DEVICES")}
+        )
         # a compiled port may carry several names (``t`` and ``/Cast_output_0``): feed by any of them
         self.inputs = {
             graph: {name for port in model.inputs for name in port.get_names()} for graph, model in compiled.items()
@@ -95,6 +100,13 @@ class OpenVinoPolicy(GraphPolicy):
             )
             cursor += duration
 
+    def executed_on(self) -> ExecutionTarget:
+        """The devices OpenVINO reports executing the compiled graphs (AUTO resolves to one of them)."""
+        engines = {openvino_engine(name) or "unknown" for name in self.execution_devices}
+        engine = engines.pop() if len(engines) == 1 else "mixed"
+        devices = ", ".join(self.execution_devices)
+        return ExecutionTarget(engine=engine, device=devices, source="openvino EXECUTION_DEVICES")
+
     def node_events(self) -> list[NodeEvent]:
         return list(self._nodes)
 
@@ -102,6 +114,24 @@ class OpenVinoPolicy(GraphPolicy):
 class OpenVinoBackend(Backend):
     profiles_nodes = True
     name = "openvino"
+    engines: ClassVar[dict[str, str]] = {
+        "cpu": "with device target CPU",
+        "intel-gpu": "with device target GPU",
+        "intel-npu": "with device target NPU",
+    }
+    default_target: ClassVar[dict[str, str]] = {"cpu": "CPU", "intel-gpu": "GPU", "intel-npu": "NPU"}
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        """The device target decides the engine (AUTO is checked on what it picked); tensors stay on the host."""
+        target = options.device_target or cls.default_target[engine]
+        reached = openvino_engine(target)
+        if reached is not None and reached != engine:
+            raise UnavailableError(
+                f"--device-target {target} executes on {reached}, not on {engine}; use --device-target "
+                f"{cls.default_target[engine]}"
+            )
+        return torch.device("cpu"), replace(options, device_target=target)
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OpenVinoBackend:

@@ -7,15 +7,16 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from vlabench.atomic import staging_file
-from vlabench.backends.base import Backend, GraphPolicy, PreparedPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, PreparedPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
 from vlabench.errors import UnavailableError
+from vlabench.hardware.targets import ExecutionTarget
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
 
@@ -133,12 +134,20 @@ class TensorRtPolicy(GraphPolicy):
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
         return self.engines[graph](feeds)
 
+    def executed_on(self) -> ExecutionTarget:
+        return ExecutionTarget(engine="cuda", device=str(self.device), source="CUDA device the engines were built on")
+
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
 
 class TensorRtBackend(Backend):
     name = "tensorrt"
+    engines: ClassVar[dict[str, str]] = {"cuda": "on CUDA (TensorRT engines)"}
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        return torch.device("cuda:0"), options
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         try:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
+from vlabench.errors import UnavailableError
+from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
 from vlabench.models.replicas import Observation, PrefixCache, build_replica
 from vlabench.models.specs import ModelSpec
@@ -46,6 +48,9 @@ class TorchPolicy(PreparedPolicy):
         lane = TorchPolicy(self.model, self.device, ExpertKVHoister(self.model, self.hoister.suffix_tokens))
         return lane.prefix
 
+    def executed_on(self) -> ExecutionTarget:
+        return parameters_target(self.model)
+
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -64,6 +69,16 @@ class TorchBackend(Backend):
     is_reference = True
     fuses_expert_kv = True
     name = "torch"
+    engines: ClassVar[dict[str, str]] = {
+        "cpu": "on the host CPU",
+        "cuda": "on CUDA",
+        "intel-gpu": "on torch's XPU device (a torch build with XPU)",
+        "ascend-npu": "on torch_npu's NPU device (pip install torch-npu)",
+    }
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        return torch_device_for(engine), options
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchBackend:
@@ -83,3 +98,32 @@ class TorchBackend(Backend):
         model = build_replica(spec, seed, Precision.DTYPES[precision], device)
         hoister = ExpertKVHoister(model, workload.suffix_tokens) if self.fuse_expert_kv else None
         return TorchPolicy(model, device, hoister)
+
+
+def torch_device_for(engine: str) -> torch.device:
+    """The torch device of ``engine`` in this torch build; UnavailableError when the build cannot reach it."""
+    if engine == "cpu":
+        return torch.device("cpu")
+    if engine == "cuda":
+        return torch.device("cuda:0")
+    if engine == "intel-gpu":
+        if not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+            raise UnavailableError(f"torch {torch.__version__} has no usable XPU device (an Intel GPU build of torch)")
+        return torch.device("xpu:0")
+    if engine == "ascend-npu":
+        try:
+            import torch_npu  # noqa: F401  (registers torch's "npu" device)
+        except ImportError:
+            raise UnavailableError(
+                "the torch backend reaches Ascend NPUs through torch_npu (install torch-npu)"
+            ) from None
+        return torch.device("npu:0")
+    raise UnavailableError(f"the torch backend does not execute on {engine}")
+
+
+def parameters_target(model: nn.Module) -> ExecutionTarget:
+    """The engine the model's weights live on (torch runs each operator where its inputs are)."""
+    device = next(model.parameters()).device
+    return ExecutionTarget(
+        engine=ENGINE_OF_TORCH_TYPE.get(device.type, device.type), device=str(device), source="torch parameter device"
+    )

@@ -8,14 +8,15 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.torch_backend import TorchBackend, parameters_target, torch_device_for
 from vlabench.errors import UnavailableError, unknown_name
+from vlabench.hardware.targets import ExecutionTarget
 from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
 from vlabench.models.replicas import Observation, PrefixCache, build_replica
 from vlabench.models.specs import ModelSpec
@@ -86,6 +87,9 @@ class CompiledPolicy(PreparedPolicy):
         self.compile_s: dict[str, float] = {}
         self.fused: FusedDenoiseLoop | None = None
         self.fused_capture_s: float | None = None
+
+    def executed_on(self) -> ExecutionTarget:
+        return parameters_target(self.model)
 
     @torch.inference_mode()
     def embed_images(self, obs: Observation) -> Tensor:
@@ -175,6 +179,11 @@ class CompiledPolicy(PreparedPolicy):
 class TorchCompileBackend(Backend):
     captures_graphs = True
     name = "torch-compile"
+    engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU (inductor C++)", "cuda": "on CUDA (inductor Triton)"}
+
+    @classmethod
+    def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
+        return torch_device_for(engine), options
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchCompileBackend:

@@ -15,7 +15,7 @@ import torch
 from pydantic import AwareDatetime, BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
-from vlabench.commands.run import plan_run
+from vlabench.commands.run import plan_run, prepare_checked
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
@@ -76,7 +76,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
-    policy = plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, config.seed)
+    policy = prepare_checked(plan)
     dtype = Precision.DTYPES[plan.precision]
     loops = {
         name: FusionLoop(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,15 +11,17 @@ from torch import Tensor
 
 from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.analysis.roofline import analyze, ceilings_for
-from vlabench.backends import BACKENDS, Backend, BackendOptions, get_backend
+from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
 from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
-from vlabench.hardware.devices import ResolvedDevice, resolve_device
+from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
+from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
 from vlabench.kernels.ceilings import measure_ceilings
 from vlabench.measure.action_loops import make_sampler
 from vlabench.measure.correctness import compare, needs_reference, reference_actions
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
+from vlabench.measure.policy import PreparedPolicy
 from vlabench.measure.timing import (
     Contender,
     Progress,
@@ -58,6 +60,8 @@ class RunPlan:
     meter: MeterChoice
     caveats: tuple[str, ...] = ()
     schedule: DPCacheSchedule | None = None
+    engine: str = "cpu"  # what the device profile stands for; the prepared policy must execute there
+    options: BackendOptions = field(default_factory=BackendOptions)  # as routed to that engine
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
@@ -78,9 +82,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
     check_workload(spec, workload)
-    backend = get_backend(config.backend, backend_options(config))
+    backend, options, device, engine = route_backend(config)
     check_optimizations(config, backend, schedule, spec)
-    device = resolve_device(config.device)
     precision = Precision.parse(config.precision or default_precision(backend, device.torch_device))
     reason = backend.unavailable_reason(device.torch_device)
     if reason:
@@ -98,7 +101,55 @@ def plan_run(config: RunConfig) -> RunPlan:
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
     caveats = plan_caveats(device, precision)
-    return RunPlan(config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule)
+    return RunPlan(
+        config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule, engine, options
+    )
+
+
+def route_backend(config: RunConfig) -> tuple[Backend, BackendOptions, ResolvedDevice, str]:
+    """The backend set up to execute on the engine the device profile stands for, its options, the device with the
+    torch device that gets there, and that engine; refused before any work when the backend cannot reach it."""
+    chosen, options = backend_class(config.backend), backend_options(config)
+    device = resolve_device(config.device, reachable=lambda profile: reaches(chosen, options, profile, config))
+    engine = profile_engine(device.profile, config.device_target)
+    others = [f"--backend {n} ({cls.engines[engine]})" for n, cls in BACKENDS.items() if engine in cls.engines]
+    ways = f"{device.profile.name} runs through {'; '.join(others) or 'no backend vlabench has'}"
+    if engine not in chosen.engines:
+        raise UnavailableError(
+            f"{device.profile.name} executes on {ENGINE_LABELS[engine]}, which backend '{chosen.name}' cannot "
+            f"reach; {ways}"
+        )
+    try:
+        torch_device, options = chosen.route(engine, options)
+    except UnavailableError as exc:
+        raise UnavailableError(
+            f"backend '{chosen.name}' cannot run on {device.profile.display_name}: {exc}; {ways}"
+        ) from None
+    return chosen.from_options(options), options, replace(device, torch_device=torch_device), engine
+
+
+def reaches(backend: type[Backend], options: BackendOptions, profile: DeviceProfile, config: RunConfig) -> bool:
+    """Whether ``backend`` can execute on the engine ``profile`` stands for, here (used by ``--device auto``)."""
+    engine = profile_engine(profile, config.device_target)
+    if engine not in backend.engines:
+        return False
+    try:
+        backend.route(engine, options)
+    except UnavailableError:
+        return False
+    return True
+
+
+def prepare_checked(plan: RunPlan, backend: Backend | None = None) -> PreparedPolicy:
+    """``backend`` (default: the plan's) prepared for the plan; the runtime must report executing where the profile
+    says, so a mislabelled result is never written."""
+    policy = (backend or plan.backend).prepare(
+        plan.spec, plan.workload, plan.device.torch_device, plan.precision, plan.config.seed
+    )
+    problem = mismatch(plan.engine, policy.executed_on())
+    if problem:
+        raise UnavailableError(f"{plan.backend.name} on {plan.device.profile.name}: {problem}; refusing the run")
+    return policy
 
 
 def with_checkpoint(spec: ModelSpec, path: Path) -> ModelSpec:
@@ -211,7 +262,7 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     }
     contenders = [
         Contender(
-            plan.backend.prepare(spec, workload, target, plan.precision, config.seed),
+            prepare_checked(plan),
             make_sampler(plan.spec, workload, target, plan.schedule),
             seeded_inputs(plan, plan.precision),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -169,12 +170,16 @@ def _fallback_cpu_profile(host: HostInfo) -> DeviceProfile:
     )
 
 
-def resolve_device(requested: str, host: HostInfo | None = None) -> ResolvedDevice:
-    """Turn ``--device`` (a profile name or a family alias) into a profile present on this host."""
+def resolve_device(
+    requested: str, host: HostInfo | None = None, reachable: Callable[[DeviceProfile], bool] | None = None
+) -> ResolvedDevice:
+    """Turn ``--device`` (a profile name or a family alias) into a profile present on this host. ``auto`` picks the
+    first present profile that ``reachable`` accepts (the chosen backend can execute on its engine)."""
     host = host or detect_host()
     present = detected_profiles(host)
     if requested in ("auto", "host"):
-        choice = present[0] if present else _fallback_cpu_profile(host)
+        candidates = [p for p in present if reachable is None or reachable(p)]
+        choice = candidates[0] if candidates else _fallback_cpu_profile(host)
         return _resolved(choice, requested, host)
     if requested == "cpu":
         cpus = [p for p in present if p.kind == "cpu"] or [_fallback_cpu_profile(host)]

@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
+from vlabench.hardware.targets import ExecutionTarget
 from vlabench.models.replicas import Observation, PrefixCache
 
 
@@ -30,6 +31,11 @@ class PreparedPolicy(ABC):
     def decode_step(self, token: Tensor, cache: Any) -> tuple[Tensor, Tensor, Tensor]:
         """Token decoders: one token (B, 1) -> (action logits, its keys, its values); see ``GreedyDecoder``."""
         raise NotImplementedError(f"{type(self).__name__} does not decode tokens")
+
+    @abstractmethod
+    def executed_on(self) -> ExecutionTarget:
+        """Where the prepared model runs, read back from the runtime (torch parameters, ORT session providers,
+        OpenVINO ``EXECUTION_DEVICES``, the CUDA device of TensorRT engines)."""
 
     @abstractmethod
     def synchronize(self) -> None:
