@@ -14,12 +14,14 @@ import torch
 
 import vlabench.hardware.detection as detection
 from vlabench.backends import BACKENDS, BackendOptions
-from vlabench.commands.run import RunPlan, plan_run, prepare_checked, route_backend
+from vlabench.commands.run import RunPlan, plan_run, prepare_checked, route_backend, seeded_inputs
 from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.hardware.devices import all_profiles, load_device_profile
 from vlabench.hardware.targets import ENGINE_OF_OPENVINO_DEVICE, ENGINE_OF_TORCH_TYPE, ExecutionTarget, profile_engine
+from vlabench.measure.action_loops import make_sampler
 from vlabench.measure.policy import PreparedPolicy
+from vlabench.measure.timing import plain_inference
 
 DATA = Path(__file__).parent / "data" / "detection"
 ARC = "Intel(R) Arc(TM) Pro B60 Graphics"
@@ -208,3 +210,34 @@ def test_each_runtime_reads_back_where_it_runs(backend):
     assert executed.engine == "cpu"
     assert executed.source in {"torch parameter device", "onnxruntime session providers", "openvino EXECUTION_DEVICES"}
     assert executed.device in {"cpu", "CPUExecutionProvider", "CPU"}
+
+
+class CountingSession:
+    """An ONNX Runtime session that counts the calls that go through host arrays."""
+
+    def __init__(self, session) -> None:
+        self.session, self.host_runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.host_runs += 1
+        return self.session.run(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def test_io_binding_returns_the_same_actions_as_host_round_trips():
+    """The CUDA provider's I/O binding path (bound by pointer, outputs preallocated from the first call's shapes),
+    exercised on the CPU provider: same outputs as the host-array path, and no host round trip once bound."""
+    plan = plan_run(config("cpu", "onnxruntime"))
+    host = prepare_checked(plan)
+    sessions = {graph: CountingSession(session) for graph, session in host.sessions.items()}
+    bound = type(host)(sessions, host.device, host._details, host.graphs, host.cache_type, bind_device=True)
+    obs, noise = seeded_inputs(plan, "fp32")[0]
+    sampler = make_sampler(plan.spec, plan.workload, plan.device.torch_device)
+    expected = plain_inference(host, sampler, obs, noise)
+    plain_inference(bound, sampler, obs, noise)  # learns each graph's output shapes
+    learned = {graph: session.host_runs for graph, session in sessions.items()}
+    actions = plain_inference(bound, sampler, obs, noise)
+    assert {graph: session.host_runs for graph, session in sessions.items()} == learned
+    torch.testing.assert_close(actions, expected, rtol=0, atol=0)
