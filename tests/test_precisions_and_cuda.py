@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from vlabench.backends import get_backend
+from vlabench.backends.torch_backend import TorchBackend
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.measure.action_loops import EulerSampler
@@ -11,7 +12,8 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 TINY_MODELS = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this host")
+CUDA_MISSING = TorchBackend().unavailable_reason(torch.device("cuda"))
+needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"the torch backend on CUDA: {CUDA_MISSING}")
 
 
 def sample_actions(name: str, precision: str, device: torch.device) -> torch.Tensor:

@@ -24,9 +24,8 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 CUDA = torch.device("cuda")
-needs_tensorrt = pytest.mark.skipif(
-    TensorRtBackend().unavailable_reason(CUDA) is not None, reason="TensorRT and a CUDA GPU are required"
-)
+TENSORRT_MISSING = TensorRtBackend().unavailable_reason(CUDA)
+needs_tensorrt = pytest.mark.skipif(TENSORRT_MISSING is not None, reason=f"the TensorRT backend: {TENSORRT_MISSING}")
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this host")
+CUDA_MISSING = TorchCompileBackend(fuse_denoise_loop=True).unavailable_reason(torch.device("cuda"))
+needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"torch-compile on CUDA: {CUDA_MISSING}")
 
 
 def sample(policy, spec, workload, device, seed=0):

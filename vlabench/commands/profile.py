@@ -2,9 +2,11 @@
 and a per-phase summary with the roofline verdict.
 
 Passes, in order, each recorded in the result: ``ceilings`` (GEMM and bandwidth micro-benchmarks), ``trace``
-(phase spans + counter samplers, nothing else: its durations feed the summary) and, for ONNX Runtime / OpenVINO or
-with ``--kernels``, ``operators`` (the runtime's per-node profiler and/or the torch profiler, which perturb
-timing). Energy is never measured here: ``vlabench run`` measures it in a pass of its own.
+(phase spans + counter samplers, nothing else: its durations feed the summary), on GPUs with NVML GPM ``gpm``
+(each phase repeated on its own between GPM samples, ``telemetry/gpm.py``) and, for ONNX Runtime / OpenVINO, with
+``--kernels`` or on any CUDA GPU, ``operators`` (the runtime's per-node profiler and/or the torch profiler, which
+perturb timing; its CUDA kernel records give the kernel-derived SM coverage, ``analysis/sm_coverage.py``). Energy
+is never measured here: ``vlabench run`` measures it in a pass of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import statistics
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -24,10 +26,12 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import AwareDatetime, BaseModel
 
+from vlabench.analysis.phase_summary import PhaseSummary, SmTracing, gpm_phases, phase_samples, phase_windows, span_args
+from vlabench.analysis.phase_summary import summarize_phases as summarize_phases
 from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
+from vlabench.analysis.sm_coverage import GpuSm, gpu_sm_of, kernel_report
 from vlabench.atomic import atomic_write_text
-from vlabench.backends import get_backend
-from vlabench.commands.run import RunPlan, backend_options, plan_run, seeded_inputs
+from vlabench.commands.run import RunPlan, plan_run, prepare_checked, seeded_inputs
 from vlabench.config import RunConfig
 from vlabench.hardware.detection import detect_host
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
@@ -38,10 +42,13 @@ from vlabench.models.workload import Workload
 from vlabench.results.header import ArtifactHeader
 from vlabench.results.provenance import Provenance, collect_provenance
 from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
+from vlabench.telemetry.gpm import WINDOW_S, WINDOWS, GpmWindows, describe_gpm, run_gpm_pass
 from vlabench.vocab import Phase
 
-PROFILE_SCHEMA_VERSION = "1.0"
-"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the profile of before)."""
+PROFILE_SCHEMA_VERSION = "1.1"
+"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the profile of before). 1.1: the SM
+columns of each summary row (``sm_activity``, ``sm_occupancy``, ``tensor_activity``, ``dram_utilization``,
+``gpu_busy``, each a value and its source) and ``sm_tracing`` (GPU SM limits, GPM pass, kernel coverage)."""
 
 
 @dataclass(frozen=True)
@@ -52,33 +59,18 @@ class ProfileSettings:
     kernels: bool = False
     sample_period_s: float | None = None
     measure_ceilings: bool = True
+    gpm: bool = True  # the GPM pass on CUDA GPUs that support it
+    sm_coverage: bool = True  # on CUDA the torch-profiler pass runs even without ``kernels``, for its kernel records
+    gpm_window_s: float = WINDOW_S
+    gpm_windows: int = WINDOWS
 
 
 class PassRecord(BaseModel):
-    name: Literal["ceilings", "trace", "operators"]
+    name: Literal["ceilings", "trace", "gpm", "operators"]
     produced: str
     iterations: int
     duration_s: float
     instruments: list[str]
-
-
-class CounterStat(BaseModel):
-    unit: str
-    key: str
-    mean: float
-    peak: float
-
-
-class PhaseSummary(BaseModel):
-    phase: str
-    spans: int
-    mean_ms: float
-    share_of_e2e: float
-    counters: dict[str, CounterStat]
-    intensity: float | None = None
-    bound: Literal["compute", "memory"] | None = None
-    achieved_tflops: float | None = None
-    share_of_attainable: float | None = None
 
 
 class ProfileResult(ArtifactHeader):
@@ -101,6 +93,7 @@ class ProfileResult(ArtifactHeader):
     measured_ceilings: list[MeasuredCeiling]
     summary: list[PhaseSummary]
     roofline: RooflineReport
+    sm_tracing: SmTracing | None = None  # absent from profiles of schema 1.0
     trace_file: str
     energy: None = None  # never measured in a profiling pass
     warnings: list[str]
@@ -127,7 +120,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         measured = measure_ceilings(target, (plan.precision,))
         passes.append(_pass("ceilings", "measured ceilings", 0, begin, ["kernels.ceilings"]))
 
-    policy = plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, config.seed)
+    policy = prepare_checked(plan)
     sampler = make_sampler(plan.spec, plan.workload, target)
     inputs = seeded_inputs(plan, plan.precision)
     warm_up(Contender(policy, sampler, inputs), config.warmup)
@@ -136,19 +129,24 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
     recorder, series = _traced(policy, sampler, inputs, settings, counters)
     iterations = len(recorder.samples_ms["e2e"])
     passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in counters]))
+    tracing = SmTracing(gpu=_gpu_sm(target), kernels={"available": False, "reason": _no_kernels(target, settings)})
+    gpm = _gpm_pass(policy, sampler, inputs, target, settings, tracing)
     del policy
 
     trace = ChromeTrace(origin, f"vlabench profile {plan.spec.name} {plan.backend.name} {plan.precision}")
-    for name, start, end in recorder.events:
-        trace.span(name, start, end, "phases (trace pass)")
     trace.counters(series)
+    if gpm is not None:
+        passes.append(gpm[0])
+        for name, start, end in gpm[1].events:
+            trace.span(name, start, end, "phases (gpm pass)")
+        trace.counters(gpm[1].series)
     details: dict[str, Any] = {}
-    operators = _operators_pass(plan, settings, inputs, trace)
+    operators = _operators_pass(plan, settings, inputs, trace, tracing)
     if operators is not None:
         record, details = operators
         passes.append(record)
 
-    phase_ms = {name: statistics.median(values) for name, values in _phase_samples(recorder.events).items()}
+    phase_ms = {name: statistics.median(values) for name, values in phase_samples(recorder.events).items()}
     roofline = analyze(
         plan.spec,
         plan.workload,
@@ -157,6 +155,10 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         ceilings_for(plan.device.profile, plan.precision, measured),
         phase_ms,
     )
+    summary = summarize_phases(recorder.events, series, roofline, tracing)
+    rows = {row.phase: row for row in summary}
+    for name, start, end in recorder.events:
+        trace.span(name, start, end, "phases (trace pass)", span_args(rows.get(Phase.of_span(name))))
     result = ProfileResult(
         run_id=uuid.uuid4().hex,
         started_utc=started,
@@ -170,14 +172,19 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         passes=passes,
         samplers=[s.describe() for s in counters],
         measured_ceilings=measured,
-        summary=summarize_phases(recorder.events, series, roofline),
+        summary=summary,
         roofline=roofline,
+        sm_tracing=tracing,
         trace_file="",
         warnings=list(plan.caveats),
         provenance=collect_provenance(detect_host(), torch.get_num_threads()),
         finished_utc=datetime.now(timezone.utc),
     )
-    trace.metadata["vlabench"] = {"run_id": result.run_id, "passes": [p.model_dump() for p in passes]}
+    trace.metadata["vlabench"] = {
+        "run_id": result.run_id,
+        "passes": [p.model_dump() for p in passes],
+        "sm_tracing": {"gpm": tracing.gpm, "kernels": tracing.kernels},
+    }
     trace_path = trace.write(out_dir / f"{result.stem()}.trace.json")
     result.trace_file = trace_path.name
     atomic_write_text(out_dir / result.file_name(), result.model_dump_json(indent=2))
@@ -222,16 +229,18 @@ class _AnnotatedRecorder(SpanRecorder):
 
 
 def _operators_pass(
-    plan: RunPlan, settings: ProfileSettings, inputs: Sequence[tuple], trace: ChromeTrace
+    plan: RunPlan, settings: ProfileSettings, inputs: Sequence[tuple], trace: ChromeTrace, tracing: SmTracing
 ) -> tuple[PassRecord, dict[str, Any]] | None:
-    """The runtime's node profiler (ONNX Runtime, OpenVINO) and/or the torch profiler (``--kernels``)."""
+    """The runtime's node profiler (ONNX Runtime, OpenVINO) and/or the torch profiler (``--kernels``, or on CUDA for
+    the kernel-derived SM coverage, which it writes into ``tracing``)."""
     nodes = plan.backend.profiles_nodes
+    kernels = settings.kernels or (plan.device.torch_device.type == "cuda" and settings.sm_coverage)
+    settings = replace(settings, kernels=kernels)
     if not nodes and not settings.kernels:
         return None
-    options = backend_options(plan.config)
-    backend = get_backend(plan.backend.name, replace(options, profile_nodes=nodes))
+    backend = type(plan.backend).from_options(replace(plan.options, profile_nodes=nodes))
     target = plan.device.torch_device
-    policy = backend.prepare(plan.spec, plan.workload, target, plan.precision, plan.config.seed)
+    policy = prepare_checked(plan, backend)
     sampler = make_sampler(plan.spec, plan.workload, target)
     warm_up(Contender(policy, sampler, inputs), 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
@@ -262,7 +271,11 @@ def _operators_pass(
                 {"op": event.op_type, "graph": event.graph, **event.args},
             )
     if profiler is not None:
-        _merge_torch_profile(profiler, recorder, trace)
+        merged = _merge_torch_profile(profiler, recorder, trace)
+        if merged is None:
+            tracing.kernels["reason"] = "no vlabench::e2e annotation to align the torch profiler's clock with"
+        elif tracing.gpu is not None:
+            _kernel_coverage(*merged, recorder, trace, tracing)
     return record, policy.details()
 
 
@@ -273,8 +286,11 @@ def _torch_profiler(target: torch.device) -> torch.profiler.profile:
     return torch.profiler.profile(activities=activities, record_shapes=True)
 
 
-def _merge_torch_profile(profiler: torch.profiler.profile, recorder: SpanRecorder, trace: ChromeTrace) -> None:
-    """Shift the profiler's events so its first ``vlabench::e2e`` annotation starts where our span did."""
+def _merge_torch_profile(
+    profiler: torch.profiler.profile, recorder: SpanRecorder, trace: ChromeTrace
+) -> tuple[list[dict[str, Any]], float] | None:
+    """Shift the profiler's events so its first ``vlabench::e2e`` annotation starts where our span did; the events
+    (unshifted) and the shift in µs."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "torch.json"
         profiler.export_chrome_trace(str(path))
@@ -282,69 +298,86 @@ def _merge_torch_profile(profiler: torch.profiler.profile, recorder: SpanRecorde
     ours = next(start for name, start, _ in recorder.events if name == "e2e")
     anchors = [e for e in events if e.get("name") == "vlabench::e2e" and e.get("ph") == "X"]
     if not anchors:
-        return
+        return None
     shift = trace.us(ours) - min(float(e["ts"]) for e in anchors)
     trace.external(events, "torch profiler", shift)
+    return events, shift
 
 
-def phase_windows(events: Sequence[tuple[str, int, int]]) -> dict[str, list[tuple[int, int]]]:
-    """(start, end) ns of every span per summary phase."""
-    windows: dict[str, list[tuple[int, int]]] = {}
-    for name, start, end in events:
-        phase = Phase.of_span(name)
-        if phase in Phase.SUMMARY:
-            windows.setdefault(phase, []).append((start, end))
-    return windows
+def _kernel_coverage(
+    events: list[dict[str, Any]], shift_us: float, recorder: SpanRecorder, trace: ChromeTrace, tracing: SmTracing
+) -> None:
+    """SM coverage per phase from the CUDA kernel records (shifted onto the spans' clock), and its counter tracks."""
+    assert tracing.gpu is not None
+    windows = {p: [(trace.us(a), trace.us(b)) for a, b in w] for p, w in phase_windows(recorder.events).items()}
+
+    def to_ns(us: float) -> int:
+        return trace.origin_ns + round(us * 1e3)
+
+    tracing.kernels, tracing.kernel_phases, tracks = kernel_report(events, shift_us, windows, tracing.gpu, to_ns)
+    trace.counters(tracks)
 
 
-def _phase_samples(events: Sequence[tuple[str, int, int]]) -> dict[str, list[float]]:
-    """Span durations (ms) per summary phase."""
-    return {phase: [(end - start) / 1e6 for start, end in spans] for phase, spans in phase_windows(events).items()}
+def _gpu_sm(target: torch.device) -> GpuSm | None:
+    return gpu_sm_of(torch.cuda.get_device_properties(target)) if target.type == "cuda" else None
 
 
-def summarize_phases(
-    events: Sequence[tuple[str, int, int]], series: Sequence[Series], roofline: RooflineReport | None
-) -> list[PhaseSummary]:
-    """Per phase: mean duration, share of end-to-end time, and each counter's headline value averaged over the
-    phase's spans (weighted by how much of each sample's interval falls inside them) and its peak."""
-    windows = phase_windows(events)
-    e2e_total = sum(end - start for start, end in windows.get("e2e", []))
-    rows = []
-    for phase in Phase.SUMMARY:
-        spans = windows.get(phase)
-        if not spans:
-            continue
-        duration = sum(end - start for start, end in spans)
-        row = PhaseSummary(
-            phase=phase,
-            spans=len(spans),
-            mean_ms=duration / len(spans) / 1e6,
-            share_of_e2e=duration / e2e_total if e2e_total else 0.0,
-            counters={s.name: stat for s in series if (stat := _counter_stat(s, spans)) is not None},
-        )
-        if roofline is not None:
-            analytic = roofline.phase(phase)
-            row.intensity = analytic.intensity
-            row.bound = analytic.bounds[roofline.primary].bound if roofline.primary else None
-            row.achieved_tflops = analytic.achieved_tflops
-            row.share_of_attainable = analytic.share_of_attainable
-        rows.append(row)
-    return rows
+def _no_kernels(target: torch.device, settings: ProfileSettings) -> str:
+    if target.type != "cuda":
+        return "not a CUDA device: no CUDA kernel records"
+    return "turned off" if not (settings.sm_coverage or settings.kernels) else "the operators pass did not run"
 
 
-def _counter_stat(series: Series, spans: list[tuple[int, int]]) -> CounterStat | None:
-    key = series.headline or next(iter(series.samples), None)
-    if key is None or key not in series.samples:
+def _gpm_pass(
+    policy, sampler: ActionLoop, inputs: Sequence[tuple], target: torch.device, settings: ProfileSettings, tracing
+) -> tuple[PassRecord, GpmWindows] | None:
+    """Each phase repeated on its own between NVML GPM samples; why not, in ``tracing.gpm``, where it cannot run."""
+    if target.type != "cuda" or not settings.gpm:
+        tracing.gpm = describe_gpm("not a CUDA device" if target.type != "cuda" else "turned off")
         return None
-    weighted = weight = 0.0
-    peak: float | None = None
-    for sample in series.samples[key]:
-        overlap = sum(max(0, min(end, sample.end_ns) - max(start, sample.start_ns)) for start, end in spans)
-        if overlap <= 0:
-            continue
-        weighted += sample.value * overlap
-        weight += overlap
-        peak = sample.value if peak is None else max(peak, sample.value)
-    if peak is None:
+    begin = perf_counter_ns()
+    workloads = _phase_workloads(policy, sampler, inputs)
+    measured, reason = run_gpm_pass(workloads, target.index or 0, settings.gpm_window_s, settings.gpm_windows)
+    tracing.gpm = describe_gpm(reason, settings.gpm_window_s, settings.gpm_windows)
+    if measured is None:
         return None
-    return CounterStat(unit=series.unit, key=key, mean=weighted / weight, peak=peak)
+    tracing.gpm = {**tracing.gpm, "repetitions": measured.repetitions}
+    tracing.gpm_phases = gpm_phases(measured)
+    produced = "GPM metrics per phase (phase-isolated windows)"
+    return _pass("gpm", produced, sum(measured.repetitions.values()), begin, ["nvml gpm"]), measured
+
+
+def _phase_workloads(policy, sampler: ActionLoop, inputs: Sequence[tuple]) -> dict[str, Callable[[], None]]:
+    """One synchronized call of each phase on the first input, as the trace pass spans it; e2e chains them."""
+    obs, noise = inputs[0]
+    tokens = policy.embed_images(obs)
+    cache = policy.prefill(obs, tokens)
+    fused = policy.fused_loop()
+
+    def vision() -> None:
+        policy.embed_images(obs)
+        policy.synchronize()
+
+    def prefill() -> None:
+        policy.prefill(obs, tokens)
+        policy.synchronize()
+
+    def step() -> None:
+        sampler.sample_partial(policy, cache, noise, steps=range(1))
+        policy.synchronize()
+
+    def action(prefix=cache) -> None:
+        fused(prefix, noise) if fused is not None else sampler.sample(policy, prefix, noise)
+        policy.synchronize()
+
+    def e2e() -> None:
+        image_tokens = policy.embed_images(obs)
+        policy.synchronize()
+        prefix = policy.prefill(obs, image_tokens)
+        policy.synchronize()
+        action(prefix)
+
+    workloads = {"vision": vision, "prefill": prefill, "denoise_step": step, "action": action, "e2e": e2e}
+    if fused is not None:  # the fused loop has no step of its own to repeat
+        del workloads["denoise_step"]
+    return workloads

@@ -1,4 +1,4 @@
-"""Rich tables for ``vlabench roofline`` and ``vlabench profile``."""
+"""Rich tables for ``vlabench roofline`` (``vlabench profile``'s are in ``profile.py``, re-exported here)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from vlabench.analysis.roofline import RooflineReport
-from vlabench.commands.profile import ProfileResult
+from vlabench.cli.views.profile import passes_table as passes_table  # the profile's tables, where callers import them
+from vlabench.cli.views.profile import profile_table as profile_table
 from vlabench.commands.roofline import RooflineOutcome
 
 LAYER_BLOCKS = ("llm", "expert")
@@ -155,43 +156,3 @@ def roofline_renderables(outcome: RooflineOutcome, layers: bool) -> list[Any]:
         )
     items.append(Text(f"conventions: {report.conventions}", style="dim"))
     return items
-
-
-def profile_table(result: ProfileResult) -> Table:
-    series = sorted({name for row in result.summary for name in row.counters})
-    columns = ["phase", "spans", "mean ms", "share"] + [f"{name} mean/peak" for name in series]
-    columns += ["FLOP/B", "bound", "achieved TFLOP/s", "% of roofline"]
-    title = f"Profile: {result.model} on {result.device} ({result.backend}, {result.precision}), trace pass"
-    table = _table(title, columns)
-    for row in result.summary:
-        counters = []
-        for name in series:
-            stat = row.counters.get(name)
-            counters.append("—" if stat is None else f"{stat.mean:.0f}/{stat.peak:.0f} {stat.unit}")
-        share = row.share_of_attainable
-        table.add_row(
-            row.phase,
-            str(row.spans),
-            f"{row.mean_ms:.2f}",
-            f"{row.share_of_e2e:.0%}",
-            *counters,
-            _num(row.intensity, 4),
-            row.bound or "—",
-            _num(row.achieved_tflops, 3),
-            "—" if share is None else f"{share:.0%}",
-        )
-    return table
-
-
-def passes_table(result: ProfileResult) -> Table:
-    table = _table("Passes (energy is never measured while profiling)", ["pass", "produced", "iterations", "s"], left=2)
-    table.add_column("instruments")
-    for record in result.passes:
-        table.add_row(
-            record.name,
-            record.produced,
-            str(record.iterations),
-            f"{record.duration_s:.1f}",
-            ", ".join(record.instruments),
-        )
-    return table
