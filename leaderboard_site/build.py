@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.results.aggregate import load_results
 
 from . import charts
+from .model_facts import model_facts
 from .reported import reported_entries
 from .rows import PROVENANCE, Run, latest_per_configuration, optimizations, provenance, reported_rows, run_rows, slug
 
@@ -56,6 +58,7 @@ DOWNLOAD_COLUMNS = (
     "device_memory_gb",
     "action_error",
     "valid",
+    "invalid_reason",
     "published_energy_kj",
     "source",
     "run_id",
@@ -80,10 +83,19 @@ def script_json(data: Any) -> str:
 
 
 def number(value: Any, digits: int = 4) -> str:
-    """A figure with ``digits`` significant digits, or an em dash when absent."""
+    """A figure with ``digits`` significant digits, an em dash when absent, NaN and ∞ when not finite."""
     if value is None:
         return "—"
+    if isinstance(value, float) and not math.isfinite(value):
+        return shown(value)
     return f"{value:.{digits}g}"
+
+
+def shown(value: Any) -> Any:
+    """A value as the detail tables print it: non-finite floats as NaN / ∞ / −∞ (Python would say nan, inf)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("∞" if value > 0 else "−∞")
+    return value
 
 
 def environment() -> jinja2.Environment:
@@ -96,6 +108,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["num"] = number
     env.filters["slug"] = slug
+    env.filters["shown"] = shown
     return env
 
 
@@ -208,11 +221,13 @@ def write_site(
         )
     for model in sorted({row["model"] for row in rows} | {run.result.model.name for run in runs}):
         model_runs = sorted((r for r in runs if r.result.model.name == model), key=lambda r: r.result.started_utc)
+        spec = model_spec(model)
         page(
             f"models/{slug(model)}.html",
             "model.html.j2",
             model=model,
-            spec=model_spec(model),
+            spec=spec,
+            facts=model_facts(spec) if spec is not None else None,
             rows=[row for row in rows if row["model"] == model],
             runs=model_runs,
             phases=charts.div(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -111,8 +112,8 @@ def speedup_points(runs: list[Run]) -> list[dict[str, Any]]:
         if optimizations(run.result) == "none":
             continue
         exact, error = exact_counterpart(run, runs), fidelity_error(run)
-        if exact is None or error is None:
-            continue
+        if exact is None or error is None or not math.isfinite(error):
+            continue  # no baseline, or no error to plot (NaN actions: the run is flagged invalid elsewhere)
         speedup = exact.result.timing.phases["e2e"].p50 / run.result.timing.phases["e2e"].p50
         points.append({"run": run, "exact": exact, "speedup": speedup, "error": error})
     return points

@@ -80,6 +80,17 @@ def latest_per_configuration(runs: list[Run]) -> list[Run]:
     return list(latest.values())
 
 
+def action_error_note(result: RunResult) -> str | None:
+    """What the table shows for an action error that is no finite number (the figure itself is None in the table's
+    JSON, which has no NaN): "NaN", "∞", or "not recorded" for older files that lost it."""
+    error = result.correctness.relative_error if result.correctness else 0.0
+    if error is None:
+        return "not recorded"
+    if math.isnan(error):
+        return "NaN"
+    return None if math.isfinite(error) else ("∞" if error > 0 else "−∞")
+
+
 def clean(value: Any) -> Any:
     """JSON-safe: NaN/NA to None, numpy scalars to Python."""
     if value is None or value is pd.NA:
@@ -112,6 +123,7 @@ def run_rows(runs: list[Run], priority: Priority, control_hz: float) -> list[dic
             optimizations=optimizations(result),
             provenance=provenance(result),
             inference_hz_p50=1000.0 / e2e.p50,
+            action_error_note=action_error_note(result),
             rank=None if row["rank"] is None else int(row["rank"]),
             page=f"runs/{run.slug}.html",
             model_page=f"models/{slug(result.model.name)}.html",
@@ -173,7 +185,9 @@ def reported_rows(entries: list[ReportedEntry]) -> list[dict[str, Any]]:
                 "usd_per_million_actions": None,
                 "usd_per_million_actions_electricity_only": None,
                 "valid": True,
+                "invalid_reason": None,
                 "action_error": None,
+                "action_error_note": None,
                 "provenance": "reported",
                 "feasible": None,
                 "reasons": "published figure: not gated (no p99 latency or memory published)",

@@ -343,6 +343,24 @@ class Visit:
         return self.page.evaluate("JSON.parse(document.getElementById('leaderboard-data').textContent)")
 
 
+class Tab(Visit):
+    """A Visit that navigates one long-lived page from page to page: the renderer keeps plotly.js compiled, so a
+    page loads several times faster than in a fresh one. Errors and requests are recorded per page."""
+
+    def __init__(self, page, site: Path):
+        self.page, self.site, self.errors, self.requests = page, site, [], []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+
+    def open(self, relative: str) -> "Tab":
+        self.errors.clear()
+        self.requests.clear()
+        self.page.goto((self.site / relative).as_uri())
+        self.page.wait_for_load_state("load")
+        return self
+
+
 @pytest.fixture(scope="module")
 def index(browser, built):
     visit = Visit(browser, built[1], "index.html")

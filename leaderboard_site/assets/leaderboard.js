@@ -1,5 +1,5 @@
 // Leaderboard controls: CET priority, control-rate target, filters and column sorting over the embedded rows.
-// The gate, the cost recomputation and the ranking below mirror vlabench/cet.py exactly (feasibility,
+// The gate, the cost recomputation and the ranking below mirror vlabench/analysis/cet.py exactly (feasibility,
 // cost_report, pareto_axes / pareto_front, rank): change both together. Data is only ever written with
 // textContent, never as HTML.
 (function () {
@@ -44,7 +44,7 @@
     }
     const actionHzP99 = (row.actions_per_chunk * 1000.0) / row.latency_p99_ms;
     if (actionHzP99 < controlHz) reasons.push(`${actionHzP99.toFixed(1)} actions/s at p99 < ${g(controlHz)} Hz`);
-    if (!row.valid) reasons.push("failed the correctness gate");
+    if (!row.valid) reasons.push(row.invalid_reason || "failed the correctness gate");
     return reasons;
   }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.errors import InputError
 
@@ -22,6 +22,8 @@ HOURS_PER_YEAR = 8760.0
 class CostAssumptions(BaseModel):
     """How purchase price and electricity turn into dollars per action (README: "Cost model")."""
 
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     lifetime_years: float = Field(default=3.0, gt=0, description="amortization period of the purchase price")
     duty_cycle: float = Field(default=0.5, gt=0, le=1, description="share of wall time the robot operates")
     electricity_usd_per_kwh: float = Field(default=0.15, ge=0)
@@ -29,6 +31,8 @@ class CostAssumptions(BaseModel):
 
 class CostReport(BaseModel):
     """Dollars per robot-hour and per million actions at the control rate the robot actually gets."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     assumptions: CostAssumptions
     price_usd: float | None
@@ -95,7 +99,8 @@ def cost_report(
 
 
 def feasibility(row: pd.Series | dict, control_hz: float) -> tuple[bool, list[str]]:
-    """The paper's gate: the model fits the device's memory and sustains the control rate at p99."""
+    """The paper's gate: the model fits the device's memory and sustains the control rate at p99; a row marked
+    ``valid: False`` (it failed the correctness gate) fails with its ``invalid_reason`` when the row has one."""
     reasons = []
     memory_gb, needed_gb = row.get("device_memory_gb"), row["memory_needed_gb"]
     if memory_gb is not None and not pd.isna(memory_gb) and needed_gb > memory_gb:
@@ -104,7 +109,8 @@ def feasibility(row: pd.Series | dict, control_hz: float) -> tuple[bool, list[st
     if action_hz_p99 < control_hz:
         reasons.append(f"{action_hz_p99:.1f} actions/s at p99 < {control_hz:g} Hz")
     if not row.get("valid", True):
-        reasons.append("failed the correctness gate")
+        reason = row.get("invalid_reason")  # e.g. "failed the correctness gate: relative action error nan"
+        reasons.append(reason if isinstance(reason, str) and reason else "failed the correctness gate")
     return not reasons, reasons
 
 
@@ -129,7 +135,8 @@ def rank(frame: pd.DataFrame, priority: Priority, control_hz: float) -> pd.DataF
     """Gate every row at ``control_hz``, then order the feasible ones by the priority; infeasible rows follow.
 
     ``frame`` needs: latency_p50_ms, latency_p99_ms, actions_per_chunk, memory_needed_gb, device_memory_gb,
-    joules_per_action, usd_per_million_actions (NaN where no full cost is known) and optionally valid.
+    joules_per_action, usd_per_million_actions (NaN where no full cost is known) and optionally valid and
+    invalid_reason.
     Adds feasible, reasons, pareto (among feasible rows, see ``pareto_axes``) and rank.
     """
     if priority not in PRIORITY_COLUMNS:

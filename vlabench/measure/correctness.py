@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from vlabench.measure.action_loops import make_sampler
@@ -20,6 +20,8 @@ class Tolerance(BaseModel):
 
     Comparing whole chunks would let a broken backend pass, since the shared noise dominates them."""
 
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     max_relative_error: float = Field(description="max |error| / max |reference displacement|")
     min_cosine: float
 
@@ -32,11 +34,16 @@ TOLERANCES: dict[str, Tolerance] = {
 
 
 class Correctness(BaseModel):
+    """The gate's verdict. Errors are NaN when the backend returned NaN actions (written as "NaN" in result files);
+    None: not recorded (files written before non-finite values were kept stored NaN as null)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     reference: str = "torch eager fp32, same seeded weights, observation and noise"
-    max_abs_error: float = Field(description="max |actions - reference actions|")
-    cosine: float = Field(description="cosine similarity of the two action chunks")
-    relative_error: float = Field(description="max |displacement error| / max |reference displacement| (gated)")
-    displacement_cosine: float = Field(description="cosine of the two displacements (gated)")
+    max_abs_error: float | None = Field(description="max |actions - reference actions|")
+    cosine: float | None = Field(description="cosine similarity of the two action chunks")
+    relative_error: float | None = Field(description="max |displacement error| / max |reference displacement| (gated)")
+    displacement_cosine: float | None = Field(description="cosine of the two displacements (gated)")
     tolerance: Tolerance
     passed: bool
 

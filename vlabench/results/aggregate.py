@@ -83,6 +83,7 @@ def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> p
                 "usd_per_million_actions": full_cost,
                 "usd_per_million_actions_electricity_only": electricity_only,
                 "valid": result.valid,
+                "invalid_reason": result.invalid_reason,
                 "action_error": result.correctness.relative_error if result.correctness else None,
                 "file": str(path),
             }

@@ -3,7 +3,9 @@
 Latency: a seeded percentile bootstrap of the relative difference of medians, (candidate − baseline) / baseline,
 over the raw samples of one phase. A run regressed when the whole confidence interval lies above zero (the slowdown
 is statistically significant) and the point estimate exceeds the relative threshold. Energy results hold one window
-and no dispersion, so joules per action regress when they grow by more than their own relative threshold."""
+and no dispersion, so joules per action regress when they grow by more than their own relative threshold.
+Correctness regresses when the baseline is valid and the candidate is not (a NaN action error included); the match
+keeps the candidate's reason."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class Match(BaseModel):
     latency: Latency | None
     energy: Energy
     correctness_regressed: bool
+    candidate_invalid_reason: str | None = None
 
     @property
     def regressed(self) -> bool:
@@ -182,6 +185,7 @@ def compare_folders(baseline: Path, candidate: Path, settings: Settings) -> Repo
                 latency=latency_change(base, cand, settings),
                 energy=energy_change(base, cand, settings),
                 correctness_regressed=base.valid and not cand.valid,
+                candidate_invalid_reason=cand.invalid_reason,
             )
         )
     return Report(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar, NamedTuple
 
-from pydantic import AwareDatetime, BaseModel, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from vlabench.results.provenance import Provenance
 
@@ -36,7 +36,12 @@ class DocumentProblem(NamedTuple):
 
 class ArtifactHeader(BaseModel):
     """Fields shared by every artifact; subclasses narrow ``kind`` to a ``Literal`` and give ``schema_version`` a
-    default (and may narrow ``model``/``device`` or make a field required)."""
+    default (and may narrow ``model``/``device`` or make a field required).
+
+    Non-finite floats are written as the strings "NaN", "Infinity" and "-Infinity" (pydantic reads them back as
+    floats; JSON has no NaN, and pydantic's default, null, would lose the value and fail to load)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     kind: str = Field(description="which artifact this is; readers select on it")
     schema_version: str = Field(description="version of this kind's schema")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from vlabench.analysis.cet import CostReport
 from vlabench.analysis.roofline import RooflineReport
@@ -25,9 +26,17 @@ from vlabench.telemetry.system_state import SystemState
 SCHEMA_VERSION = "1.1"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load."""
 READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, SCHEMA_VERSION)
+GATE_FAILED = "failed the correctness gate"
 
 
-class ModelInfo(BaseModel):
+class Stored(BaseModel):
+    """A block of the result file: non-finite floats are written as "NaN"/"Infinity" strings and read back as
+    floats (pydantic's default writes null, which loses the value and no longer loads)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
+
+class ModelInfo(Stored):
     name: str
     family: str
     spec_hash: str
@@ -36,7 +45,7 @@ class ModelInfo(BaseModel):
     checkpoint: str | None = Field(default=None, description="lerobot weights loaded (path:size:mtime); None: seeded")
 
 
-class DeviceInfo(BaseModel):
+class DeviceInfo(Stored):
     requested: str
     profile: str
     display_name: str
@@ -47,7 +56,7 @@ class DeviceInfo(BaseModel):
     price_usd: float | None
 
 
-class Timing(BaseModel):
+class Timing(Stored):
     """Wall-clock latency per phase, in ms. ``e2e_unsynced`` has no synchronization inside the inference."""
 
     source: Literal["measured"] = "measured"
@@ -60,7 +69,7 @@ class Timing(BaseModel):
     samples_ms: dict[str, list[float]]
 
 
-class ControlVerdict(BaseModel):
+class ControlVerdict(Stored):
     """Whether the policy sustains ``control_hz`` actions per second, executing ``actions_per_chunk`` per chunk."""
 
     control_hz: float
@@ -73,7 +82,7 @@ class ControlVerdict(BaseModel):
     meets_target: bool
 
 
-class EnergyResult(BaseModel):
+class EnergyResult(Stored):
     """Energy of whole inferences over one window, measured in a pass of its own after an idle window."""
 
     label: Literal["measured", "estimated"]
@@ -92,7 +101,7 @@ class EnergyResult(BaseModel):
     notes: list[str]
 
 
-class MemoryInfo(BaseModel):
+class MemoryInfo(Stored):
     params: int
     weights_bytes: int
     estimated_total_bytes: int
@@ -100,7 +109,7 @@ class MemoryInfo(BaseModel):
     cuda_max_allocated_bytes: int | None
 
 
-class Optimization(BaseModel):
+class Optimization(Stored):
     """Action-expert optimizations of the run. DP-Cache is lossy: its open-loop error against the exact path (fp32
     torch, first input) is stored; the correctness gate then judges the backend against the same schedule."""
 
@@ -141,8 +150,30 @@ class RunResult(ArtifactHeader):
 
     @property
     def valid(self) -> bool:
-        """False when the run failed the correctness gate; invalid runs are never ranked."""
-        return self.correctness is None or self.correctness.passed
+        """False when the run failed the correctness gate (or its action error is not recorded, or not finite);
+        invalid runs are shown flagged and never ranked."""
+        return self.invalid_reason is None
+
+    @property
+    def invalid_reason(self) -> str | None:
+        """Why the run is invalid, for every reader (rank, compare, validate, the site); None when it is valid."""
+        check = self.correctness
+        if check is None:
+            return None
+        error, tolerance = check.relative_error, check.tolerance
+        if error is None:
+            return f"{GATE_FAILED}: action error not recorded"
+        if not math.isfinite(error):
+            return f"{GATE_FAILED}: relative action error {error:.2e}"
+        if check.passed:
+            return None
+        if error > tolerance.max_relative_error:
+            return f"{GATE_FAILED}: relative action error {error:.2e} > {tolerance.max_relative_error:g}"
+        cosine = check.displacement_cosine
+        if cosine is None or not cosine >= tolerance.min_cosine:
+            shown = "not recorded" if cosine is None else f"{cosine:.6f}"
+            return f"{GATE_FAILED}: displacement cosine {shown} < {tolerance.min_cosine:g}"
+        return f"{GATE_FAILED} (non-finite actions)"
 
     def stem(self) -> str:
         parts = (self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])

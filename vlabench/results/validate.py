@@ -79,9 +79,9 @@ def publication_problems(result: RunResult, requirements: Requirements) -> list[
         backend = BACKENDS.get(result.backend)
         if needs_reference(backend is not None and backend.is_reference, result.precision):
             found.append(("correctness", f"{result.backend} {result.precision} has no correctness check"))
-    elif not result.correctness.passed:
-        error = result.correctness.relative_error
-        found.append(("correctness.passed", f"failed the correctness gate (relative action error {error:.2e})"))
+    elif not result.valid:
+        field = "correctness.relative_error" if result.correctness.relative_error is None else "correctness.passed"
+        found.append((field, str(result.invalid_reason)))
     timing = result.timing
     if timing.iterations < requirements.min_iterations:
         found.append(("timing.iterations", f"{timing.iterations} < the required {requirements.min_iterations}"))

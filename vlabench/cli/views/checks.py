@@ -39,7 +39,8 @@ def compare_table(report: Report) -> Table:
             else "—"
         )
         energy_cell = _styled(energy.verdict) + (f" ({energy.note})" if energy.note else "")
-        label = match.label + (" [bold red]INVALID (correctness gate)[/]" if match.correctness_regressed else "")
+        invalid = f" [bold red]INVALID ({match.candidate_invalid_reason or 'correctness gate'})[/]"
+        label = match.label + (invalid if match.correctness_regressed else "")
         table.add_row(
             label,
             f"{latency.baseline_p50_ms:.2f}" if latency else "—",
