@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vlabench.cli.options import contextual
 from vlabench.cli.views.console import stderr, stdout, warn_skipped, write_json
 from vlabench.errors import InputError
 
@@ -33,7 +34,7 @@ def devices(
         bool, typer.Option("--measure", help="Measure GEMM peak and memory bandwidth on this host's device.")
     ] = False,
     precision: Annotated[
-        list[str] | None, typer.Option(help="GEMM precision(s) to measure. [default: fp32 on CPU, bf16 on CUDA]")
+        list[str] | None, typer.Option(help=contextual("GEMM precision(s) to measure.", "fp32 on CPU, bf16 on CUDA"))
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:

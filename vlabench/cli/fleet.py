@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from vlabench.cli.options import arguments_for
+from vlabench.cli.options import arguments_for, contextual
 from vlabench.cli.views.console import notes, stderr, stdout, warn_skipped, write_json
 from vlabench.errors import CheckFailedError, InputError, InvalidResultError, SweepFailedError
 
@@ -21,7 +21,8 @@ def sweep(
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the expanded runs in execution order.")] = False,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Results folder. [default: the sweep file's out, else results]")
+        Path | None,
+        typer.Option("--out", "-o", help=contextual("Results folder.", "the sweep file's out, else results")),
     ] = None,
     timeout_s: Annotated[
         float | None, typer.Option("--timeout-s", help="Per-run limit, s; the run's process group is then killed.")
@@ -72,7 +73,7 @@ def worker(
         list[str] | None, typer.Option("--placement", help="Extra placement label to advertise (repeatable).")
     ] = None,
     detect: Annotated[bool, typer.Option(help="Advertise the device profiles detected on this host.")] = True,
-    num_cpus: Annotated[int | None, typer.Option(help="CPUs this node gives Ray. [default: Ray's]")] = None,
+    num_cpus: Annotated[int | None, typer.Option(help=contextual("CPUs this node gives Ray.", "Ray's"))] = None,
     start: Annotated[bool, typer.Option("--start", help="Run the `ray start` line now.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the resources as JSON.")] = False,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,106 +11,116 @@ import typer
 from pydantic import ValidationError
 
 from vlabench.cli.options import (
+    RUN_DEFAULTS,
     CamerasFlag,
     ChunkFlag,
     DeviceFlag,
     DeviceTargetFlag,
     DpCacheFlag,
+    EnergyOption,
     EpFlag,
     FuseExpertKvFlag,
     ModelFlag,
+    OptimizationOption,
     OutFlag,
+    OutputOption,
     PrecisionFlag,
     SeedFlag,
     StepsFlag,
+    TargetOption,
     ThreadsFlag,
-    arguments_for,
+    TimingOption,
+    WarmupFlag,
+    WorkloadOption,
+    contextual,
+    given_for,
     with_target_options,
 )
 from vlabench.cli.views.console import notes, show, stderr, stdout, write_json
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, InvalidResultError
 
+ProfilingOption = partial(typer.Option, rich_help_panel="Profiling")
+
 
 def run(
     ctx: typer.Context,
-    model: ModelFlag = None,
-    device: DeviceFlag = None,
+    model: ModelFlag = RUN_DEFAULTS.model,
+    device: DeviceFlag = RUN_DEFAULTS.device,
     backend: Annotated[
-        str | None,
-        typer.Option(
-            help="torch, torch-compile, onnxruntime, openvino, tensorrt; a comma list; or all. [default: torch]"
+        str,
+        TargetOption(
+            "--backend", "-b", help="torch, torch-compile, onnxruntime, openvino, tensorrt; a comma list; or all."
         ),
-    ] = None,
+    ] = RUN_DEFAULTS.backend,
     ep: EpFlag = None,
     device_target: DeviceTargetFlag = None,
-    compile_mode: Annotated[
-        str | None, typer.Option(help="torch.compile mode for torch-compile. [default: default]")
-    ] = None,
-    fuse_denoise_loop: Annotated[
-        bool | None,
-        typer.Option(
-            "--fuse-denoise-loop", help="torch-compile on CUDA: replay the whole denoise loop as a CUDA graph."
-        ),
-    ] = None,
     precision: PrecisionFlag = None,
+    compile_mode: Annotated[
+        str, TargetOption(help="torch.compile mode for torch-compile.")
+    ] = RUN_DEFAULTS.compile_mode,
+    checkpoint: Annotated[
+        Path | None,
+        TargetOption(help="lerobot model.safetensors (or its folder) to load instead of seeded weights."),
+    ] = None,
     cameras: CamerasFlag = None,
     steps: StepsFlag = None,
     chunk: ChunkFlag = None,
     actions_per_chunk: Annotated[
-        int | None, typer.Option(help="Actions executed per chunk, for the action rate. [default: the model's]")
+        int | None,
+        WorkloadOption(help=contextual("Actions executed per chunk, for the action rate.", "the model's")),
     ] = None,
-    warmup: Annotated[int | None, typer.Option(help="Warm-up inferences. [default: 2]")] = None,
-    min_iterations: Annotated[int | None, typer.Option(help="Minimum timed inferences. [default: 10]")] = None,
+    seed: SeedFlag = RUN_DEFAULTS.seed,
+    warmup: WarmupFlag = RUN_DEFAULTS.warmup,
+    min_iterations: Annotated[int, TimingOption(help="Minimum timed inferences.")] = RUN_DEFAULTS.min_iterations,
     min_duration_s: Annotated[
-        float | None, typer.Option("--min-duration", help="Minimum timed seconds. [default: 10]")
-    ] = None,
-    max_iterations: Annotated[int | None, typer.Option(help="Cap on timed inferences. [default: 1000]")] = None,
-    control_hz: Annotated[float | None, typer.Option(help="Robot control-rate target, Hz. [default: 10]")] = None,
-    seed: SeedFlag = None,
+        float, TimingOption("--min-duration", help="Minimum timed seconds.")
+    ] = RUN_DEFAULTS.min_duration_s,
+    max_iterations: Annotated[int, TimingOption(help="Cap on timed inferences.")] = RUN_DEFAULTS.max_iterations,
     threads: ThreadsFlag = None,
-    out: OutFlag = None,
+    control_hz: Annotated[float, TimingOption(help="Robot control-rate target, Hz.")] = RUN_DEFAULTS.control_hz,
     energy_meter: Annotated[
-        str | None,
-        typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none. [default: auto]"),
-    ] = None,
+        str, EnergyOption(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
+    ] = RUN_DEFAULTS.energy_meter,
     energy_log: Annotated[
-        Path | None, typer.Option(help="CSV log (timestamp,watts) of an external power meter covering the run.")
+        Path | None, EnergyOption(help="CSV log (timestamp,watts) of an external power meter covering the run.")
     ] = None,
     energy_window_s: Annotated[
-        float | None,
-        typer.Option("--energy-window", help="Energy window: whole inferences lasting at least this, s. [default: 2]"),
-    ] = None,
+        float, EnergyOption("--energy-window", help="Energy window: whole inferences lasting at least this, s.")
+    ] = RUN_DEFAULTS.energy_window_s,
     idle_window_s: Annotated[
-        float | None, typer.Option("--idle-window", help="Idle-power window before it, s. [default: 1]")
+        float, EnergyOption("--idle-window", help="Idle-power window before it, s.")
+    ] = RUN_DEFAULTS.idle_window_s,
+    tdp_w: Annotated[
+        float | None, EnergyOption(help=contextual("TDP for estimated energy, W.", "the profile's"))
     ] = None,
-    tdp_w: Annotated[float | None, typer.Option(help="TDP for estimated energy, W. [default: the profile's]")] = None,
-    idle_w: Annotated[float | None, typer.Option(help="Idle power for estimated energy, W.")] = None,
-    price_usd: Annotated[float | None, typer.Option(help="Purchase price, USD. [default: the profile's]")] = None,
-    lifetime_years: Annotated[float | None, typer.Option(help="Amortization period, years. [default: 3]")] = None,
-    duty_cycle: Annotated[
-        float | None, typer.Option(help="Share of time the robot operates, 0–1. [default: 0.5]")
-    ] = None,
-    usd_per_kwh: Annotated[float | None, typer.Option(help="Electricity price, USD/kWh. [default: 0.15]")] = None,
+    idle_w: Annotated[float | None, EnergyOption(help="Idle power for estimated energy, W.")] = None,
+    price_usd: Annotated[float | None, EnergyOption(help=contextual("Purchase price, USD.", "the profile's"))] = None,
+    lifetime_years: Annotated[float, EnergyOption(help="Amortization period, years.")] = RUN_DEFAULTS.lifetime_years,
+    duty_cycle: Annotated[float, EnergyOption(help="Share of time the robot operates, 0–1.")] = RUN_DEFAULTS.duty_cycle,
+    usd_per_kwh: Annotated[float, EnergyOption(help="Electricity price, USD/kWh.")] = RUN_DEFAULTS.usd_per_kwh,
+    dp_cache: DpCacheFlag = None,
+    fuse_expert_kv: FuseExpertKvFlag = False,
+    fuse_denoise_loop: Annotated[
+        bool,
+        OptimizationOption(
+            "--fuse-denoise-loop", help="torch-compile on CUDA: replay the whole denoise loop as a CUDA graph."
+        ),
+    ] = False,
     measure_ceilings: Annotated[
-        bool | None,
-        typer.Option(
+        bool,
+        OptimizationOption(
             "--measure-ceilings", help="Measure GEMM peak and bandwidth first (stored in the roofline block)."
         ),
-    ] = None,
-    dp_cache: DpCacheFlag = None,
-    fuse_expert_kv: FuseExpertKvFlag = None,
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(help="lerobot model.safetensors (or its folder) to load instead of seeded weights."),
-    ] = None,
+    ] = False,
+    out: OutFlag = RUN_DEFAULTS.out,
     config: Annotated[
-        Path | None, typer.Option(help="YAML file with any of these settings; flags override it.")
+        Path | None, OutputOption(help="YAML file with any of these settings; flags override it.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON on stdout instead of tables.")] = False,
+    as_json: Annotated[bool, OutputOption("--json", help="Print the result JSON on stdout instead of tables.")] = False,
 ) -> None:
     """Measure one model on this host, phase by phase, and write a JSON result."""
-    from vlabench.cli.views.run import RunProgress, comparison_table, plan_summary, result_tables
+    from vlabench.cli.views.run import RunProgress, comparison, plan_summary, result_tables
     from vlabench.commands.run import execute_many, plan_runs
     from vlabench.results.schema import write_result
 
@@ -129,9 +140,10 @@ def run(
         for renderable in result_tables(results[0]):
             stdout.print(renderable)
     else:
-        stdout.print(comparison_table(results))
+        for renderable in comparison(results):
+            stdout.print(renderable)
     for path in paths:
-        info.print(f"result: [bold]{path}[/]")
+        info.print(f"result: [bold]{path}[/]", soft_wrap=True)  # never broken: the terminal wraps it, copyable
     if any(not result.valid for result in results):
         stderr.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
         raise InvalidResultError
@@ -140,27 +152,28 @@ def run(
 @with_target_options
 def profile(
     ctx: typer.Context,
-    iterations: Annotated[int, typer.Option(help="Minimum traced inferences.")] = 5,
-    min_duration: Annotated[float, typer.Option(help="Minimum traced seconds (for enough counter samples).")] = 2.0,
+    iterations: Annotated[int, TimingOption(help="Minimum traced inferences.")] = 5,
+    min_duration: Annotated[float, TimingOption(help="Minimum traced seconds (for enough counter samples).")] = 2.0,
+    warmup: WarmupFlag = RUN_DEFAULTS.warmup,
+    threads: ThreadsFlag = None,
     kernels: Annotated[
-        bool, typer.Option("--kernels", help="Add a torch-profiler pass: operator and CUDA kernel events.")
+        bool, ProfilingOption("--kernels", help="Add a torch-profiler pass: operator and CUDA kernel events.")
     ] = False,
     sample_ms: Annotated[
-        float | None, typer.Option(help="Counter sampling period, ms. [default: 50 CPU, 20 NVML, 100 tegrastats]")
+        float | None,
+        ProfilingOption(help=contextual("Counter sampling period, ms.", "50 CPU, 20 NVML, 100 tegrastats")),
     ] = None,
     ceilings: Annotated[
         bool,
-        typer.Option(
+        ProfilingOption(
             "--measure-ceilings/--no-measure-ceilings",
             help="Measure GEMM peak and memory bandwidth first (the roofline verdicts use them).",
         ),
     ] = True,
-    warmup: Annotated[int | None, typer.Option(help="Warm-up inferences. [default: 2]")] = None,
-    seed: SeedFlag = None,
-    threads: ThreadsFlag = None,
-    out: OutFlag = None,
-    config: Annotated[Path | None, typer.Option(help="YAML run config; flags override it.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the profile JSON instead of tables.")] = False,
+    seed: SeedFlag = RUN_DEFAULTS.seed,
+    out: OutFlag = RUN_DEFAULTS.out,
+    config: Annotated[Path | None, OutputOption(help="YAML run config; flags override it.")] = None,
+    as_json: Annotated[bool, OutputOption("--json", help="Print the profile JSON instead of tables.")] = False,
     **target: Any,
 ) -> None:
     """Trace phases with utilization counters (Chrome/Perfetto JSON) and summarize each phase against the roofline."""
@@ -194,16 +207,16 @@ def profile(
 def loop(
     ctx: typer.Context,
     fusion_stale_steps: Annotated[
-        int, typer.Option(help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).")
+        int, OptimizationOption(help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).")
     ] = 5,
     dp_cache: DpCacheFlag = None,
-    fuse_expert_kv: FuseExpertKvFlag = None,
-    cycles: Annotated[int, typer.Option(help="Counted control cycles per loop.")] = 10,
-    warmup_cycles: Annotated[int, typer.Option("--warmup", help="Uncounted cycles after the first.")] = 1,
-    seed: SeedFlag = None,
+    fuse_expert_kv: FuseExpertKvFlag = False,
+    cycles: Annotated[int, TimingOption(help="Counted control cycles per loop.")] = 10,
+    warmup_cycles: Annotated[int, TimingOption("--warmup", help="Uncounted cycles after the first.")] = 1,
     threads: ThreadsFlag = None,
-    out: OutFlag = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the loop JSON instead of a table.")] = False,
+    seed: SeedFlag = RUN_DEFAULTS.seed,
+    out: OutFlag = RUN_DEFAULTS.out,
+    as_json: Annotated[bool, OutputOption("--json", help="Print the loop JSON instead of a table.")] = False,
     **target: Any,
 ) -> None:
     """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
@@ -222,10 +235,10 @@ def loop(
 
 def build_run_config(ctx: typer.Context) -> RunConfig:
     """The ``--config`` file's settings (if any) overridden by the flags given, i.e. the command's parameters named
-    like a RunConfig field whose value is not None; one clear error, naming the flags, if the result is invalid."""
+    like a RunConfig field that the command line set; one clear error, naming the flags, if the result is invalid."""
     config = ctx.params.get("config")
     base = load_config_file(config) if config else RunConfig()
-    given = {name: value for name, value in arguments_for(ctx, RunConfig.model_fields).items() if value is not None}
+    given = given_for(ctx, RunConfig.model_fields)
     try:
         return RunConfig.model_validate({**base.model_dump(), **given})
     except ValidationError as exc:

@@ -1,38 +1,64 @@
-"""Option types shared by the commands that build a RunConfig (run, profile, loop); None means "not given".
+"""Option types shared by the commands that build a RunConfig (run, profile, loop), the help panels they are listed
+in, and the help text of a default that depends on the model, device or host.
 
 A command's parameters are named like the fields of the settings they fill (RunConfig, compare's Settings, …), so the
-settings are built from ``ctx.params`` by field name, never by retyping each parameter."""
+settings are built from ``ctx.params`` by field name, never by retyping each parameter. An option whose default is a
+value takes RunConfig's own default (``--help`` prints it); one whose default depends on the model, device or host
+defaults to None and says so with :func:`contextual`."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Collection
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
-ModelFlag = Annotated[str | None, typer.Option(help="Model name (see `vlabench models`). [default: smolvla]")]
-DeviceFlag = Annotated[
-    str | None, typer.Option(help="Device profile or alias: auto, cpu, cuda, jetson, … [default: auto]")
-]
-OneBackendFlag = Annotated[str | None, typer.Option(help="One backend. [default: torch]")]
-EpFlag = Annotated[str | None, typer.Option(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
-DeviceTargetFlag = Annotated[str | None, typer.Option(help="OpenVINO device: CPU, GPU, NPU, AUTO. [default: CPU]")]
-PrecisionFlag = Annotated[str | None, typer.Option(help="fp32, bf16 or fp16. [default: fp32 on CPU, bf16 on CUDA]")]
-CamerasFlag = Annotated[int | None, typer.Option(help="Camera count. [default: the model's]")]
-StepsFlag = Annotated[int | None, typer.Option(help="Denoising steps. [default: the model's]")]
-ChunkFlag = Annotated[int | None, typer.Option(help="Action chunk length. [default: the model's]")]
-SeedFlag = Annotated[int | None, typer.Option(help="Seed for weights, observations and noise. [default: 0]")]
-ThreadsFlag = Annotated[int | None, typer.Option(help="torch intra-op threads. [default: torch's]")]
-OutFlag = Annotated[Path | None, typer.Option(help="Results folder. [default: results]")]
+from vlabench.config import RunConfig
+
+RUN_DEFAULTS = RunConfig()
+
+# The help panels of `vlabench run`, in the order it lists them; profile and loop reuse them.
+TARGET, WORKLOAD, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT = (
+    "Model and target",
+    "Workload",
+    "Timing",
+    "Energy and cost",
+    "Optimizations",
+    "Output",
+)
+TargetOption, WorkloadOption, TimingOption, EnergyOption, OptimizationOption, OutputOption = (
+    partial(typer.Option, rich_help_panel=panel) for panel in (TARGET, WORKLOAD, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT)
+)
+
+
+def contextual(help: str, default: str) -> str:
+    r"""``help`` ending in ``[default: …]`` for an option whose default is not one value (the model's, the host's);
+    the bracket is escaped (``\[``) so that Rich prints it instead of taking it for markup."""
+    return rf"{help} \[default: {default}]"
+
+
+ModelFlag = Annotated[str, TargetOption("--model", "-m", help="Model name (see `vlabench models`).")]
+DeviceFlag = Annotated[str, TargetOption("--device", "-d", help="Device profile or alias: auto, cpu, cuda, jetson, …")]
+OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help="One backend.")]
+EpFlag = Annotated[str | None, TargetOption(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
+DeviceTargetFlag = Annotated[str | None, TargetOption(help=contextual("OpenVINO device: CPU, GPU, NPU, AUTO.", "CPU"))]
+PrecisionFlag = Annotated[str | None, TargetOption(help=contextual("fp32, bf16 or fp16.", "fp32 on CPU, bf16 on CUDA"))]
+CamerasFlag = Annotated[int | None, WorkloadOption(help=contextual("Camera count.", "the model's"))]
+StepsFlag = Annotated[int | None, WorkloadOption(help=contextual("Denoising steps.", "the model's"))]
+ChunkFlag = Annotated[int | None, WorkloadOption(help=contextual("Action chunk length.", "the model's"))]
+SeedFlag = Annotated[int, WorkloadOption(help="Seed for weights, observations and noise.")]
+ThreadsFlag = Annotated[int | None, TimingOption(help=contextual("torch intra-op threads.", "torch's"))]
+WarmupFlag = Annotated[int, TimingOption(help="Warm-up inferences.")]
+OutFlag = Annotated[Path, OutputOption("--out", "-o", help="Results folder.")]
 DpCacheFlag = Annotated[
     str | None,
-    typer.Option(help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."),
+    OptimizationOption(help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."),
 ]
 FuseExpertKvFlag = Annotated[
-    bool | None,
-    typer.Option("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference."),
+    bool, OptimizationOption("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference.")
 ]
 
 # What one run measures, in the order `profile` and `loop` list them first.
@@ -51,12 +77,14 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 def with_target_options(command: Command) -> Command:
-    """Declare TARGET_OPTIONS between the command's context and its own options (typer reads the signature); the
-    command takes them as ``**target`` and finds them, like every flag, in ``ctx.params``."""
+    """Declare TARGET_OPTIONS, with RunConfig's defaults, between the command's context and its own options (typer
+    reads the signature); the command takes them as ``**target`` and finds them, like every flag, in ``ctx.params``."""
     signature = inspect.signature(command, eval_str=True)
     context, *own = (p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD)
     target = [
-        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=annotation)
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(RUN_DEFAULTS, name), annotation=annotation
+        )
         for name, annotation in TARGET_OPTIONS.items()
     ]
     command.__signature__ = signature.replace(parameters=[context, *target, *own])  # type: ignore[attr-defined]
@@ -66,3 +94,14 @@ def with_target_options(command: Command) -> Command:
 def arguments_for(ctx: typer.Context, fields: Collection[str]) -> dict[str, Any]:
     """The command's arguments whose parameter is named like one of ``fields``."""
     return {name: value for name, value in ctx.params.items() if name in fields}
+
+
+def given_for(ctx: typer.Context, fields: Collection[str]) -> dict[str, Any]:
+    """The arguments named like one of ``fields`` that the command line set, not their defaults."""
+    return {name: value for name, value in arguments_for(ctx, fields).items() if given(ctx, name)}
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    # By the source's name: typer may bring its own copy of click, and with it its own ParameterSource.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"

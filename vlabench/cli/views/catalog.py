@@ -6,16 +6,20 @@ from typing import Any
 
 from rich.table import Table
 
-from vlabench.cli.views.tables import titled_table
+from vlabench.cli.views.tables import FittedTable, titled_table
 from vlabench.hardware.devices import ResolvedDevice
 from vlabench.kernels.ceilings import MeasuredCeiling
 
 
-def models_table(rows: list[dict[str, Any]]) -> Table:
+def models_table(rows: list[dict[str, Any]]) -> FittedTable:
     columns = ["model", "params", "published", "Δ", "image", "tok/cam", "cams", "prefix tok", "backbone", "action head"]
     columns += ["steps", "chunk"]
-    table = titled_table(
-        "Model replicas", columns, {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"}
+    table = FittedTable(
+        "Model replicas",
+        columns,
+        {"params", "published", "Δ", "tok/cam", "cams", "prefix tok", "steps"},
+        keys={"model"},
+        drop=["published", "Δ", "tok/cam", "image", "cams", "backbone", "action head"],
     )
     for row in rows:
         reference = row["reference_params"]
@@ -36,9 +40,15 @@ def models_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def devices_table(rows: list[dict[str, Any]]) -> Table:
+def devices_table(rows: list[dict[str, Any]]) -> FittedTable:
     columns = ["", "device", "name", "kind", "memory GB", "BW GB/s", "peak TFLOP/s", "TDP W", "price USD"]
-    table = titled_table("Device profiles (● detected here, ★ --device auto)", columns, set(columns[4:]))
+    table = FittedTable(
+        "Device profiles (● detected here, ★ --device auto)",
+        columns,
+        set(columns[4:]),
+        keys={"", "device"},
+        drop=["kind", "TDP W", "BW GB/s", "name"],
+    )
     for row in rows:
         mark = "★" if row["auto"] else "●" if row["detected"] else ""
         table.add_row(

@@ -6,11 +6,32 @@ import sys
 from collections.abc import Iterable
 
 from pydantic import BaseModel
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleDimensions, RenderableType
 
 WIDE = 160  # tables keep their columns when output goes to a file or pipe
-stdout = Console(width=None if sys.stdout.isatty() else WIDE)
-stderr = Console(stderr=True, width=None if sys.stderr.isatty() else WIDE)
+
+
+class Terminal(Console):
+    """A console as wide as ``$COLUMNS`` when it is set, else as the terminal, else (a file or pipe) WIDE columns.
+
+    The width is read at each print, not when the console is made, so ``COLUMNS=80 vlabench models | less`` (and a
+    test that sets COLUMNS while invoking a command) lays the tables out for 80 columns."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        measured = super().size
+        columns = self._environ.get("COLUMNS", "")
+        if columns.isdigit():
+            return ConsoleDimensions(int(columns), measured.height)
+        return measured if self.is_terminal else ConsoleDimensions(WIDE, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+stdout = Terminal()
+stderr = Terminal(stderr=True)
 
 
 def notes(as_json: bool) -> Console:
@@ -32,7 +53,7 @@ def show(as_json: bool, document: BaseModel, renderables: Iterable[RenderableTyp
         for renderable in renderables:
             stdout.print(renderable)
     for line in files:
-        notes(as_json).print(line)
+        notes(as_json).print(line, soft_wrap=True)  # a path is never broken: the terminal wraps it, copyable
 
 
 def warn_skipped(problems: list[str]) -> None:

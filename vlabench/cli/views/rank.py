@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import pandas as pd
-from rich.table import Table
 from rich.text import Text
 
-from vlabench.cli.views.tables import titled_table
+from vlabench.cli.views.tables import FittedTable
+
+# The column each priority orders by, and the order the others are left out in when the terminal is narrow.
+PRIORITY_COLUMN = {"cost": "$/1M act", "energy": "J/action", "time": "p99 ms"}
+DROP_ORDER = ["p50 ms", "act/s p99", "prec", "J/action", "$/1M act", "p99 ms"]
 
 
-def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> Table:
-    table = titled_table(
+def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> FittedTable:
+    """Narrow terminals lose the figures other than the priority's first; the names and the verdict always stay."""
+    kept = PRIORITY_COLUMN.get(priority)
+    table = FittedTable(
         f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
         [
             "#",
@@ -26,6 +31,8 @@ def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> Table:
             "feasible",
         ],
         {"#", "p50 ms", "p99 ms", "act/s p99", "J/action", "$/1M act"},
+        keys={"model", "device", "backend"},
+        drop=[column for column in DROP_ORDER if column != kept],
     )
     for row in frame.to_dict("records"):
         joules = row["joules_per_action"]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
 from vlabench.analysis.cet import feasibility
-from vlabench.cli.views.tables import titled_table
+from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
 from vlabench.results.schema import RunResult
 from vlabench.vocab import Phase
@@ -54,11 +54,13 @@ def energy_plan(plan: RunPlan) -> str:
 def result_tables(result: RunResult) -> list[Any]:
     timing = result.timing
     e2e = timing.phases["e2e"].p50
-    table = titled_table(
+    table = FittedTable(
         f"{result.model.name} on {result.device.profile} · {result.backend} {result.precision} · "
         f"{timing.iterations} timed inferences",
         ["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"],
         {"p50 ms", "p90 ms", "p99 ms", "mean ms", "stdev", "CoV", "share"},
+        keys={"phase"},
+        drop=["mean ms", "p90 ms", "stdev"],
     )
     for name, label in Phase.LABELS.items():
         if name not in timing.phases:
@@ -76,21 +78,33 @@ def result_tables(result: RunResult) -> list[Any]:
             cov,
             share,
         )
-    control = result.control
-    verdict = Text("MEETS", style="bold green") if control.meets_target else Text("MISSES", style="bold red")
-    summary = Text.assemble(
-        f"control    {control.inference_hz_p50:.2f} inferences/s (p50); {control.action_hz_p50:.1f} actions/s (p50), "
-        f"{control.action_hz_p99:.1f} (p99) at {control.actions_per_chunk} actions per chunk → ",
-        verdict,
-        f" the {control.control_hz:g} Hz target\n",
+    memory = Text.assemble(
         f"memory     peak RSS {result.memory.peak_rss_bytes / GIB:.2f} GiB",
         f", CUDA max allocated {result.memory.cuda_max_allocated_bytes / GIB:.2f} GiB"
         if result.memory.cuda_max_allocated_bytes is not None
         else "",
         f"; first inference {timing.first_inference_ms:.1f} ms",
     )
-    warnings = [Text(f"warning: {message}", style="yellow") for message in result.warnings]
-    return [table, Group(summary, correctness_line(result), *optimization_lines(result), *cet_lines(result), *warnings)]
+    return [
+        table,
+        Group(
+            control_line(result),
+            memory,
+            correctness_line(result),
+            *optimization_lines(result),
+            *cet_lines(result),
+            *warning_lines(result.warnings),
+        ),
+    ]
+
+
+def control_line(result: RunResult) -> Text:
+    """The control-rate verdict: MEETS or MISSES the target, judged on p99."""
+    c = result.control
+    rates = f"{c.inference_hz_p50:.2f} inferences/s (p50); {c.action_hz_p50:.1f} actions/s (p50), {c.action_hz_p99:.1f}"
+    verdict = ("MEETS", "bold green") if c.meets_target else ("MISSES", "bold red")
+    chunk = f" (p99) at {c.actions_per_chunk} actions per chunk → "
+    return Text.assemble("control    ", rates, chunk, verdict, f" the {c.control_hz:g} Hz target")
 
 
 def optimization_lines(result: RunResult) -> list[Text]:
@@ -124,10 +138,32 @@ def correctness_line(result: RunResult) -> Text:
     )
 
 
-def comparison_table(results: list[RunResult]) -> Table:
-    """Backends side by side; speed-up against eager torch at the same precision when it is in the set."""
+def comparison(results: list[RunResult]) -> list[Any]:
+    """Backends side by side, then each one's verdicts (control rate, correctness, energy, cost, feasibility) and
+    warnings; the warnings every backend shares come once, last."""
+    shared = [message for message in results[0].warnings if all(message in r.warnings for r in results)]
+    verdicts = [
+        Group(
+            Text(f"\n{result.backend} {result.precision}", style="bold"),
+            control_line(result),
+            correctness_line(result),
+            *cet_lines(result),
+            *warning_lines(message for message in result.warnings if message not in shared),
+        )
+        for result in results
+    ]
+    return [comparison_table(results), *verdicts, *([Group(Text(""), *warning_lines(shared))] if shared else [])]
+
+
+def warning_lines(messages: Iterable[str]) -> list[Text]:
+    return [Text(f"warning: {message}", style="yellow") for message in messages]
+
+
+def comparison_table(results: list[RunResult]) -> FittedTable:
+    """Backends side by side; speed-up against eager torch at the same precision when it is in the set. A narrow
+    terminal loses the phase columns first; the backend names, end-to-end latency and validity always stay."""
     eager = {r.precision: r.timing.phases["e2e"].p50 for r in results if r.backend == "torch"}
-    table = titled_table(
+    table = FittedTable(
         f"{results[0].model.name} on {results[0].device.profile}: backends compared (interleaved), p50 in ms",
         [
             "backend",
@@ -143,6 +179,8 @@ def comparison_table(results: list[RunResult]) -> Table:
             "valid",
         ],
         {"vision", "prefill", "denoise step", "action", "e2e p50", "e2e p99", "speed-up", "error"},
+        keys={"backend"},
+        drop=["vision", "action", "prefill", "denoise step", "prec", "e2e p50", "speed-up"],
     )
     for result in results:
         phases = result.timing.phases
