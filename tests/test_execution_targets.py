@@ -4,6 +4,7 @@ listing, an OpenVINO core listing an Arc GPU and an NPU, NVML naming an H200) th
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -241,3 +242,58 @@ def test_io_binding_returns_the_same_actions_as_host_round_trips():
     actions = plain_inference(bound, sampler, obs, noise)
     assert {graph: session.host_runs for graph, session in sessions.items()} == learned
     torch.testing.assert_close(actions, expected, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def cpu_result_json() -> dict:
+    from vlabench.commands.run import execute
+
+    plan = plan_run(RunConfig(model="smolvla-tiny", min_iterations=2, min_duration_s=0, warmup=1, energy_meter="none"))
+    result = execute(plan)
+    assert result.execution.engine == "cpu" and result.device.engine == "cpu" and result.valid
+    return json.loads(result.model_dump_json())
+
+
+def relabelled(data: dict, profile: str, *, engine: bool, execution: bool) -> dict:
+    """The CPU run's file claiming ``profile``, as a mislabelling vlabench (or a hand edit) would write it."""
+    changed = json.loads(json.dumps(data))
+    changed["device"]["profile"] = profile
+    if engine:
+        changed["device"]["engine"] = profile_engine(load_device_profile(profile))
+    else:
+        changed["device"].pop("engine")
+    if not execution:
+        changed.pop("execution")
+    return changed
+
+
+@pytest.mark.parametrize(("engine", "execution"), [(True, True), (False, False)], ids=["current", "before-1.1"])
+def test_every_reader_flags_a_result_that_did_not_execute_on_its_profile(cpu_result_json, tmp_path, engine, execution):
+    from typer.testing import CliRunner
+
+    from vlabench.cli import app
+    from vlabench.leaderboard_site.build import build_site
+    from vlabench.results.schema import load_result
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    claim = relabelled(cpu_result_json, "ascend-310p", engine=engine, execution=execution)
+    (folder / "claim.json").write_text(json.dumps(claim))
+    (folder / "true.json").write_text(json.dumps(cpu_result_json))
+    loaded = load_result(folder / "claim.json")
+    assert loaded.invalid_reason.startswith("mislabelled: executed on the host CPU")
+    assert "not on an Ascend NPU" in loaded.invalid_reason
+    assert load_result(folder / "true.json").valid
+    runner = CliRunner()
+    ranked = runner.invoke(app, ["rank", str(folder), "--json"])
+    assert ranked.exit_code == 0, ranked.output
+    rows = {row["device"]: row for row in json.loads(ranked.stdout)}
+    assert "mislabelled" in str(rows["ascend-310p"]) and rows["ascend-310p"].get("rank") in (None, "")
+    validated = runner.invoke(
+        app, ["validate", str(folder), "--min-iterations", "1", "--min-duration", "0"], env={"COLUMNS": "400"}
+    )
+    assert validated.exit_code == 6 and "mislabelled: executed on the host CPU" in validated.output
+    build_site([folder], tmp_path / "site")
+    board = json.loads((tmp_path / "site" / "leaderboard.json").read_text())
+    flagged = [row for row in board["rows"] if row.get("device") == "ascend-310p" and row.get("backend") == "torch"]
+    assert flagged and all("mislabelled" in str(row.get("invalid_reason")) for row in flagged)

@@ -53,6 +53,7 @@ class PlannedRun(Protocol):
     footprint: Footprint
     caveats: tuple[str, ...]
     schedule: DPCacheSchedule | None
+    engine: str
 
 
 def assemble_result(
@@ -110,7 +111,9 @@ def assemble_result(
             note=plan.device.note,
             memory_gb=memory_gb,
             price_usd=price,
+            engine=plan.engine,
         ),
+        execution=contender.policy.executed_on(),
         backend=plan.backend.name,
         backend_details=contender.policy.details(),
         precision=plan.precision,

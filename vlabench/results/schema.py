@@ -13,6 +13,8 @@ from vlabench.analysis.roofline import RooflineReport
 from vlabench.atomic import atomic_write_text
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
+from vlabench.hardware.devices import load_device_profile
+from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget, mismatch, profile_engine
 from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import Stats
@@ -54,6 +56,23 @@ class DeviceInfo(Stored):
     note: str
     memory_gb: float | None = Field(description="device memory from the profile, or host RAM for CPUs without one")
     price_usd: float | None
+    engine: str | None = Field(default=None, description="the engine the profile stands for (None before 1.1)")
+
+    def expected_engine(self, device_target: str | None) -> str | None:
+        """The engine this result must have executed on: recorded, or derived from a packaged profile."""
+        if self.engine is not None:
+            return self.engine
+        try:
+            return profile_engine(load_device_profile(self.profile), device_target)
+        except InputError:
+            return None  # a profile built from detection on the host that ran it: nothing to check against
+
+    def recorded_target(self) -> ExecutionTarget:
+        """Where a result written before execution targets were read back ran: its torch device."""
+        kind = self.torch_device.split(":")[0]
+        return ExecutionTarget(
+            engine=ENGINE_OF_TORCH_TYPE.get(kind, kind), device=self.torch_device, source="torch device recorded"
+        )
 
 
 class Timing(Stored):
@@ -142,6 +161,9 @@ class RunResult(ArtifactHeader):
     warnings: list[str]
     system_state: SystemState
     optimization: Optimization | None = None
+    execution: ExecutionTarget | None = Field(
+        default=None, description="where the run executed, read back from the runtime (None before 1.1)"
+    )
     roofline: RooflineReport | None = Field(
         default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
     )
@@ -157,6 +179,10 @@ class RunResult(ArtifactHeader):
     @property
     def invalid_reason(self) -> str | None:
         """Why the run is invalid, for every reader (rank, compare, validate, the site); None when it is valid."""
+        expected = self.device.expected_engine(self.config.device_target)
+        problem = expected and mismatch(expected, self.execution or self.device.recorded_target())
+        if problem:
+            return f"mislabelled: {problem}"
         check = self.correctness
         if check is None:
             return None

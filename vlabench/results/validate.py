@@ -75,13 +75,16 @@ def publication_problems(result: RunResult, requirements: Requirements) -> list[
         found.append(("provenance.libraries", "the torch version is not recorded"))
     if not provenance.command_line:
         found.append(("provenance.command_line", "missing"))
-    if result.correctness is None:
+    reason = result.invalid_reason
+    if reason is not None and reason.startswith("mislabelled"):
+        found.append(("execution", reason))
+    elif result.correctness is None:
         backend = BACKENDS.get(result.backend)
         if needs_reference(backend is not None and backend.is_reference, result.precision):
             found.append(("correctness", f"{result.backend} {result.precision} has no correctness check"))
-    elif not result.valid:
+    elif reason is not None:
         field = "correctness.relative_error" if result.correctness.relative_error is None else "correctness.passed"
-        found.append((field, str(result.invalid_reason)))
+        found.append((field, reason))
     timing = result.timing
     if timing.iterations < requirements.min_iterations:
         found.append(("timing.iterations", f"{timing.iterations} < the required {requirements.min_iterations}"))
