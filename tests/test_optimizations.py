@@ -220,3 +220,16 @@ def test_loops_sharing_a_fused_policy_keep_their_own_static_buffers():
 
     for with_buffers, without in zip(fused_actions(fused), fused_actions(plain), strict=True):
         assert torch.equal(with_buffers, without)
+
+
+def test_default_variants_keep_the_papers_settings_at_10_steps_and_scale_to_other_loops():
+    from vlabench.optimizations.fidelity import default_variants
+
+    names = [v.name for v in default_variants(10)]
+    assert "dp-cache {0,1,2,6,8,9} of 10" in names and "dp-cache {0,1,2,6,8,9} + v-aefusion s=5" in names
+    assert [v.stale_steps for v in default_variants(10) if v.name.startswith("v-aefusion")] == [0, 3, 5, 7, 9]
+    ddpm = {v.name: v for v in default_variants(100)}  # Diffusion Policy: the same fractions of a 100-step loop
+    assert ddpm["dp-cache {0,10,20,60,80,90} of 100"].dp_cache.computed == (0, 10, 20, 60, 80, 90)
+    gr00t = [v for v in default_variants(4) if v.dp_cache is not None]  # GR00T: one middle segment
+    assert [v.dp_cache.computed for v in gr00t] == [(0, 1, 3)]
+    assert all(v.stale_steps <= 4 for v in default_variants(4))

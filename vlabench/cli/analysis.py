@@ -8,30 +8,50 @@ from typing import Annotated
 
 import typer
 
-from vlabench.cli.options import CamerasFlag, ChunkFlag, StepsFlag, arguments_for
+from vlabench.cli.options import (
+    CamerasFlag,
+    ChunkFlag,
+    DeviceFlag,
+    OneBackendFlag,
+    StepsFlag,
+    TargetOption,
+    arguments_for,
+    contextual,
+)
 from vlabench.cli.views.console import show, stderr
 from vlabench.errors import InputError
+
+# fidelity and calibrate dp-cache: the exact path is fp32 eager torch; these choose what computes the optimized actions
+OptimizedPrecisionFlag = Annotated[
+    str, TargetOption(help="Precision of the backend computing the optimized actions (the exact path is fp32 torch).")
+]
+CheckpointFlag = Annotated[
+    Path | None, TargetOption(help="lerobot model.safetensors (or its folder) to load instead of seeded weights.")
+]
 
 
 def roofline(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
-    device: Annotated[str, typer.Option(help="Any device profile (present or not), or auto/cpu/cuda/jetson.")] = "auto",
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name.")] = "smolvla",
+    device: Annotated[
+        str, typer.Option("--device", "-d", help="Any device profile (present or not), or auto/cpu/cuda/jetson.")
+    ] = "auto",
     precision: Annotated[
-        str | None, typer.Option(help="fp32, bf16, fp16. [default: fp32 on CPUs, else bf16 or fp16 from the profile]")
+        str | None,
+        typer.Option(help=contextual("fp32, bf16, fp16.", "fp32 on CPUs, else bf16 or fp16 from the profile")),
     ] = None,
     cameras: CamerasFlag = None,
     steps: StepsFlag = None,
     chunk: ChunkFlag = None,
     measure_ceilings: Annotated[
         bool | None,
-        typer.Option(help="Measure GEMM peak and bandwidth here. [default: when the device is this host]"),
+        typer.Option(help=contextual("Measure GEMM peak and bandwidth here.", "when the device is this host")),
     ] = None,
     result: Annotated[
         Path | None, typer.Option(help="A `vlabench run` result: achieved FLOP/s from its measured phase latencies.")
     ] = None,
     efficiency: Annotated[
-        float | None, typer.Option(help="Projection: share of the roofline the device reaches (0–1). [default: 1]")
+        float | None, typer.Option(help=contextual("Projection: share of the roofline the device reaches (0–1).", "1"))
     ] = None,
     calibrate: Annotated[
         Path | None, typer.Option(help="Projection: take per-phase efficiency from this measured result.")
@@ -40,7 +60,7 @@ def roofline(
     layers: Annotated[bool, typer.Option(help="Print the per-layer table (VLM and expert).")] = True,
     top: Annotated[int, typer.Option(help="Heaviest operator kinds to list.")] = 12,
     html: Annotated[bool, typer.Option(help="Write the interactive roofline chart (HTML) into --out.")] = True,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the chart.")] = Path("results"),
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the chart.")] = Path("results"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """FLOPs and bytes per phase, layer and operator against datasheet and measured ceilings; projection to any
@@ -63,7 +83,11 @@ def roofline(
 
 
 def fidelity(
-    model: Annotated[str, typer.Option(help="Model replica for the open-loop errors.")] = "smolvla",
+    model: Annotated[str, typer.Option("--model", "-m", help="Model replica for the open-loop errors.")] = "smolvla",
+    device: DeviceFlag = "auto",
+    backend: OneBackendFlag = "torch",
+    precision: OptimizedPrecisionFlag = "fp32",
+    checkpoint: CheckpointFlag = None,
     observations: Annotated[int, typer.Option(help="Open loop: cycles of a drifting observation sequence.")] = 100,
     closed_loop: Annotated[
         bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
@@ -73,7 +97,7 @@ def fidelity(
         int, typer.Option(help="Closed loop: actions executed per predicted chunk (of 8); more is less forgiving.")
     ] = 4,
     seed: Annotated[int, typer.Option(help="Seed for weights, observations, noise and episodes.")] = 0,
-    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Results folder.")] = Path("results"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
 ) -> None:
     """Action error (open loop) and task success (closed loop) of DP-Cache, V-AEFusion and lossless fusion."""
@@ -86,12 +110,19 @@ def fidelity(
         f"open loop: {observations} observations of {model}"
         + (f"; closed loop: {episodes} episodes" if closed_loop else "")
     )
-    report, path = run_fidelity(model, observations, episodes if closed_loop else 0, seed, out_dir, actions_per_chunk)
-    show(as_json, report, fidelity_tables(report), f"fidelity: [bold]{path}[/]")
+    target = {"device": device, "backend": backend, "precision": precision, "checkpoint": checkpoint}
+    episodes = episodes if closed_loop else 0
+    report, path = run_fidelity(model, observations, episodes, seed, out_dir, actions_per_chunk, **target)
+    skipped = [f"skipped {row.variant}: {row.reason}" for row in report.skipped]
+    show(as_json, report, [*fidelity_tables(report), *skipped], f"fidelity: [bold]{path}[/]")
 
 
 def calibrate_dp_cache(
-    model: Annotated[str, typer.Option(help="Model name.")] = "smolvla",
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name.")] = "smolvla",
+    device: DeviceFlag = "auto",
+    backend: OneBackendFlag = "torch",
+    precision: OptimizedPrecisionFlag = "fp32",
+    checkpoint: CheckpointFlag = None,
     observations: Annotated[int, typer.Option(help="Seeded observations to calibrate on.")] = 32,
     budget: Annotated[
         float, typer.Option(help="Worst relative action error allowed (max |Δ| / max |exact displacement|).")
@@ -100,7 +131,7 @@ def calibrate_dp_cache(
     cameras: CamerasFlag = None,
     seed: Annotated[int, typer.Option(help="Seed for weights, observations and noise.")] = 0,
     out_file: Annotated[
-        Path | None, typer.Option("--out", help="Schedule file. [default: results/<model>.dp-cache.json]")
+        Path | None, typer.Option("--out", "-o", help=contextual("Schedule file.", "results/<model>.dp-cache.json"))
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule JSON.")] = False,
 ) -> None:
@@ -108,12 +139,18 @@ def calibrate_dp_cache(
     from vlabench.cli.views.optimizations import schedule_lines
     from vlabench.commands.calibrate import plan_calibration, run_calibration
 
-    spec, workload = plan_calibration(model, observations, budget, steps, cameras)
-    stderr.print(f"calibrating DP-Cache on {observations} observations of {model} (fp32 eager torch) …")
-    schedule, path = run_calibration(spec, workload, observations, budget, seed, out_file)
+    target = {"device": device, "backend": backend, "precision": precision, "checkpoint": checkpoint}
+    plan = plan_calibration(observations, budget, model, seed=seed, steps=steps, cameras=cameras, **target)
+    where = f"{plan.backend.name} {plan.precision} on {plan.device.profile.name}"
+    stderr.print(f"calibrating DP-Cache on {observations} observations of {model} ({where}) …")
+    schedule, path = run_calibration(plan, observations, budget, out_file)
+    lines = schedule_lines(schedule, budget)
+    baseline = (schedule.calibration or {}).get("baseline_error", 0.0)
+    if baseline > budget:
+        lines.append(f"warning: {where} alone (every step computed) errs {baseline:.4f}, over the budget")
     show(
         as_json,
         schedule,
-        schedule_lines(schedule, budget),
+        lines,
         f"schedule file: [bold]{path}[/] (use with --dp-cache {path})",
     )

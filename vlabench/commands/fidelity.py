@@ -11,21 +11,27 @@ import torch
 from pydantic import AwareDatetime, BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
+from vlabench.commands.calibrate import candidate_for, fuse_refusal, plan_target
 from vlabench.hardware.detection import detect_host
-from vlabench.models.specs import load_model_spec
-from vlabench.models.workload import Workload
+from vlabench.optimizations.candidates import EXACT
 from vlabench.optimizations.fidelity import ActionError, FidelityVariant, default_variants, open_loop
 from vlabench.results.header import ArtifactHeader
 from vlabench.results.provenance import collect_provenance
 
-FIDELITY_SCHEMA_VERSION = "1.0"
+FIDELITY_SCHEMA_VERSION = "1.1"
 """1.0: the artifact header (``schema_version``, ``run_id``, ``finished_utc``, device/backend/precision and
-provenance added to the fidelity report of before)."""
+provenance added to the fidelity report of before). 1.1: ``checkpoint``, ``open_loop_candidate`` and ``skipped``;
+device/backend/precision are the open loop's (``--device``, ``--backend``, ``--precision``)."""
 
 
 class OpenLoopRow(BaseModel):
     variant: FidelityVariant
     error: ActionError
+
+
+class SkippedVariant(BaseModel):
+    variant: str
+    reason: str
 
 
 class ClosedLoopRow(BaseModel):
@@ -43,12 +49,15 @@ class FidelityReport(ArtifactHeader):
     run_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     started_utc: AwareDatetime
     model: str
-    device: str | None = Field(default="cpu", description="open and closed loops run on the CPU")
-    backend: str | None = "torch"
+    device: str | None = Field(default="cpu", description="the open loop's device (the closed loop runs on the CPU)")
+    backend: str | None = Field(default="torch", description="the open loop's backend (what computed the variants)")
     precision: str | None = "fp32"
+    checkpoint: str | None = Field(default=None, description="the open loop's weights: None seeded, else the stamp")
     seed: int
     open_loop_reference: str = "fp32 eager torch exact path, same weights, observations and noise"
+    open_loop_candidate: str = Field(default="fp32 eager torch", description="what computed the variants' actions")
     open_loop: list[OpenLoopRow]
+    skipped: list[SkippedVariant] = Field(default_factory=list, description="variants that do not apply here, why")
     closed_loop_task: str | None = None
     closed_loop: list[ClosedLoopRow]
 
@@ -59,16 +68,29 @@ class FidelityReport(ArtifactHeader):
 
 
 def run_fidelity(
-    model: str, observations: int, episodes: int, seed: int, out_dir: Path, actions_per_chunk: int = 4
+    model: str,
+    observations: int,
+    episodes: int,
+    seed: int,
+    out_dir: Path,
+    actions_per_chunk: int = 4,
+    **target,
 ) -> tuple[FidelityReport, Path]:
-    spec = load_model_spec(model)
-    workload = Workload.from_spec(spec)
+    """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights,
+    fp32 eager torch on the auto-resolved device)."""
+    plan = plan_target(model, "open-loop fidelity", seed=seed, **target)
+    spec, workload = plan.spec, plan.workload
     started = datetime.now(timezone.utc)
-    cpu = torch.device("cpu")
-    rows = [
-        OpenLoopRow(variant=variant, error=error)
-        for variant, error in open_loop(spec, workload, observations, default_variants(workload.steps), seed, cpu)
-    ]
+    refusal = fuse_refusal(plan)
+    variants, skipped = [], []
+    for variant in default_variants(workload.steps):
+        if variant.fuse_expert_kv and refusal:
+            skipped.append(SkippedVariant(variant=variant.name, reason=refusal))
+        else:
+            variants.append(variant)
+    candidate = candidate_for(plan)
+    results = open_loop(spec, workload, observations, variants, seed, plan.device.torch_device, candidate)
+    rows = [OpenLoopRow(variant=variant, error=error) for variant, error in results]
     closed: list[ClosedLoopRow] = []
     task = None
     if episodes:
@@ -94,7 +116,13 @@ def run_fidelity(
     report = FidelityReport(
         started_utc=started,
         finished_utc=datetime.now(timezone.utc),
-        model=model,
+        model=spec.name,
+        device=plan.device.profile.name,
+        backend=plan.backend.name,
+        precision=plan.precision,
+        checkpoint=spec.checkpoint,
+        open_loop_candidate=candidate.description if candidate else EXACT,
+        skipped=skipped,
         provenance=collect_provenance(detect_host(), torch.get_num_threads()),
         seed=seed,
         open_loop=rows,

@@ -12,7 +12,7 @@ from torch import Tensor
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.models.spec_base import DiffusionActionSpec
 
-NOISE_SEED = 0  # DDPM's per-step variance noise is drawn once, so every backend sees the same draws
+NOISE_SEED = 0  # DDPM's per-step variance noise is drawn once, so every backend (and every row) sees the same draws
 
 
 def betas(action: DiffusionActionSpec) -> Tensor:
@@ -52,7 +52,8 @@ class DiffusionSampler:
         self.alphas = torch.cumprod(1 - betas(action), 0)
         self.times = [torch.full((shape[0],), float(t), device=device) for t in self.timesteps]
         generator = torch.Generator().manual_seed(NOISE_SEED)
-        self.variance_noise = [torch.randn(shape, generator=generator).to(device) for _ in range(steps)]
+        row = (1, *shape[1:])  # one draw per step for every row: a batched chunk equals its rows run one by one
+        self.variance_noise = [torch.randn(row, generator=generator).expand(shape).to(device) for _ in range(steps)]
 
     def _update(self, index: int, epsilon: Tensor, sample: Tensor) -> Tensor:
         step = self.timesteps[index]
