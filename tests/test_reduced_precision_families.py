@@ -1,0 +1,28 @@
+"""Every family's replica runs a whole inference at bf16 and fp16 (no dtype mismatch between the action loop's fp32
+times or schedules and reduced-precision weights)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlabench.backends.torch_backend import TorchPolicy
+from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.timing import plain_inference
+from vlabench.models.replicas import build_replica
+from vlabench.models.specs import load_model_spec, model_names
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+
+TINY = [name for name in model_names() if name.endswith("-tiny")]
+
+
+@pytest.mark.parametrize("precision", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", TINY)
+def test_a_reduced_precision_inference_runs_and_is_finite(name, precision):
+    spec, cpu = load_model_spec(name), torch.device("cpu")
+    workload = Workload.from_spec(spec)
+    model = build_replica(spec, 0, precision, cpu)
+    obs = synthetic_observation(spec, workload, 0, precision, cpu)
+    noise = initial_noise(workload, 0, precision, cpu)
+    actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
+    assert actions.shape[0] == workload.batch and torch.isfinite(actions.float()).all()
