@@ -27,7 +27,7 @@ class DPCacheCalibration(ArtifactHeader):
     run_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     started_utc: AwareDatetime
     model: str
-    device: str | None = Field(default="cpu", description="calibrated on the fp32 eager torch replica, on the CPU")
+    device: str | None = Field(default="cpu", description="the device profile the candidate actions ran on")
     backend: str | None = "torch"
     precision: str | None = "fp32"
     schedule: DPCacheSchedule
