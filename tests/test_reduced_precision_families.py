@@ -26,3 +26,14 @@ def test_a_reduced_precision_inference_runs_and_is_finite(name, precision):
     noise = initial_noise(workload, 0, precision, cpu)
     actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
     assert actions.shape[0] == workload.batch and torch.isfinite(actions.float()).all()
+
+
+@pytest.mark.parametrize("name", ["smolvla-tiny", "pi0-tiny", "pi05-tiny"])
+def test_the_flow_experts_predict_the_chunk_the_workload_asks_for(name):
+    spec, cpu = load_model_spec(name), torch.device("cpu")
+    workload = Workload.from_spec(spec, chunk=spec.action.chunk + 3)
+    model = build_replica(spec, 0, torch.float32, cpu)
+    obs = synthetic_observation(spec, workload, 0, torch.float32, cpu)
+    noise = initial_noise(workload, 0, torch.float32, cpu)
+    actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
+    assert actions.shape == noise.shape and actions.shape[1] == spec.action.chunk + 3

@@ -137,7 +137,7 @@ def test_warnings_name_noisy_phases_background_load_and_the_cap():
     capped = Measurement(samples_ms={}, first_inference_ms=1.0, iterations=5, timed_duration_s=1.0, actions=None)
     quiet = quiet_state(3.0)
     busy = quiet_state(90.0)
-    config = RunConfig(max_iterations=5, min_duration_s=10)
+    config = RunConfig(min_iterations=5, max_iterations=5, min_duration_s=10)
     messages = measurement_warnings(phases, config, capped, busy)
     assert any(m.startswith("prefill: coefficient of variation 52.7%") for m in messages)
     assert not any(m.startswith("vision") for m in messages)

@@ -1,10 +1,68 @@
-"""Run configuration: every knob of ``vlabench run``, with the defaults the CLI prints."""
+"""Run configuration: every knob of ``vlabench run``, with the defaults the CLI prints and the range each may take.
+
+Every number is finite and bounded (the bounds are in :data:`LIMITS`, and each field's description says them): a
+value a real run never needs (a 1 GHz control rate, a 10⁹ s window, 10⁵ threads) is refused before any work instead
+of hanging, overflowing, crashing a runtime or being written as ``null``. Scalars are strict: YAML ``steps: true`` or
+``steps: "4"`` is refused, not coerced (an integer is accepted where a float is expected)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, TypeAdapter, field_validator
+from pydantic_core import PydanticCustomError
+
+SEED_LIMIT = 2**63
+"""Seeds are 0 ≤ seed < 2**63 (what torch and numpy generators take)."""
+
+LIMITS: dict[str, tuple[float, float]] = {
+    "cameras": (1, 65_536),  # the memory check refuses, with exit 4, what does not fit
+    "steps": (1, 10_000),
+    "chunk": (1, 10_000),
+    "actions_per_chunk": (1, 10_000),
+    "warmup": (0, 100_000),
+    "min_iterations": (1, 1_000_000),
+    "max_iterations": (1, 1_000_000),
+    "seed": (0, SEED_LIMIT - 1),
+    "threads": (1, 1024),
+    "min_duration_s": (0.0, 86_400.0),
+    "control_hz": (0.0, 1e6),
+    "energy_window_s": (1.0, 600.0),
+    "idle_window_s": (0.0, 600.0),
+    "tdp_w": (0.0, 1e5),
+    "idle_w": (0.0, 1e5),
+    "price_usd": (0.0, 1e7),
+    "lifetime_years": (0.0, 50.0),
+    "duty_cycle": (0.0, 1.0),
+    "usd_per_kwh": (0.0, 100.0),
+}
+"""Field → (low, high), both inclusive unless the field is in :data:`OPEN_BELOW` (then ``low < value``); integer
+bounds for integer fields, float bounds for float fields."""
+OPEN_BELOW = frozenset({"control_hz", "idle_window_s", "tdp_w", "price_usd", "lifetime_years", "duty_cycle"})
+
+
+def show_number(value: float) -> str:
+    """A bound as people write it: 86400, 0.5, 1e6, 2**63-1."""
+    if value == SEED_LIMIT - 1:
+        return "2**63-1"
+    return f"{value:g}".replace("e+0", "e").replace("e+", "e")
+
+
+def describe_range(low: float, high: float, open_below: bool = False, open_above: bool = False) -> str:
+    """``0 < x ≤ 1e6``: the range of a bounded number, for help texts and errors."""
+    return f"{show_number(low)} {'<' if open_below else '≤'} x {'<' if open_above else '≤'} {show_number(high)}"
+
+
+def bounded(name: str, default: Any, description: str = "") -> Any:
+    """The Field of a number in :data:`LIMITS`: finite, within its range, the range written in its description."""
+    low, high = LIMITS[name]
+    lower = {"gt": low} if name in OPEN_BELOW else {"ge": low}
+    if isinstance(low, int) and low == 1:
+        lower = {"gt": 0}  # the same for an integer; pydantic then says "greater than 0"
+    shown = describe_range(low, high, name in OPEN_BELOW)
+    text = f"{description}; {shown}" if description else shown
+    return Field(default=default, le=high, allow_inf_nan=False, description=text, **lower)
 
 
 class RunConfig(BaseModel):
@@ -16,35 +74,82 @@ class RunConfig(BaseModel):
     ep: str | None = Field(default=None, description="onnxruntime execution provider (cpu, cuda, tensorrt, ...)")
     device_target: str | None = Field(default=None, description="openvino device (CPU, GPU, NPU, ...)")
     compile_mode: str = Field(default="default", description="torch.compile mode for the torch-compile backend")
-    fuse_denoise_loop: bool = Field(default=False, description="torch-compile on CUDA: one CUDA graph per loop")
+    fuse_denoise_loop: StrictBool = Field(default=False, description="torch-compile on CUDA: one CUDA graph per loop")
     precision: str | None = Field(default=None, description="None: fp32 on CPUs, bf16 on CUDA")
-    cameras: int | None = Field(default=None, gt=0, description="None: the model's default")
-    steps: int | None = Field(default=None, gt=0, description="None: the model's default")
-    chunk: int | None = Field(default=None, gt=0, description="None: the model's default")
-    actions_per_chunk: int | None = Field(default=None, gt=0, description="None: the model's default")
-    warmup: int = Field(default=2, ge=0)
-    min_iterations: int = Field(default=10, gt=0)
-    min_duration_s: float = Field(default=10.0, ge=0)
-    max_iterations: int = Field(default=1000, gt=0)
-    control_hz: float = Field(default=10.0, gt=0)
-    seed: int = 0
-    threads: int | None = Field(default=None, gt=0, description="torch intra-op threads; None: torch's default")
+    cameras: StrictInt | None = bounded("cameras", None, "None: the model's default")
+    steps: StrictInt | None = bounded("steps", None, "None: the model's default")
+    chunk: StrictInt | None = bounded("chunk", None, "None: the model's default")
+    actions_per_chunk: StrictInt | None = bounded(
+        "actions_per_chunk", None, "None: the model's default; at most the chunk"
+    )
+    warmup: StrictInt = bounded("warmup", 2)
+    min_iterations: StrictInt = bounded("min_iterations", 10)
+    min_duration_s: StrictFloat = bounded("min_duration_s", 10.0)
+    max_iterations: StrictInt = bounded("max_iterations", 1000, "at least min_iterations")
+    control_hz: StrictFloat = bounded("control_hz", 10.0)
+    seed: StrictInt = bounded("seed", 0)
+    threads: StrictInt | None = bounded("threads", None, "torch intra-op threads; None: torch's default")
     out: Path = Path("results")
     energy_meter: str = Field(
         default="auto", description="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated, none"
     )
     energy_log: Path | None = Field(default=None, description="CSV power log of an external (wall) meter")
-    energy_window_s: float = Field(default=2.0, ge=1.0, description="energy is measured over whole inferences ≥ this")
-    idle_window_s: float = Field(default=1.0, gt=0, description="idle power is measured over this window first")
-    tdp_w: float | None = Field(default=None, gt=0, description="override the profile's TDP for estimated energy")
-    idle_w: float | None = Field(default=None, ge=0, description="override the idle power for estimated energy")
-    price_usd: float | None = Field(default=None, gt=0, description="override the profile's purchase price")
-    lifetime_years: float = Field(default=3.0, gt=0)
-    duty_cycle: float = Field(default=0.5, gt=0, le=1)
-    usd_per_kwh: float = Field(default=0.15, ge=0)
-    measure_ceilings: bool = Field(default=False, description="measure GEMM peak and bandwidth before timing")
+    energy_window_s: StrictFloat = bounded("energy_window_s", 2.0, "energy is measured over whole inferences ≥ this")
+    idle_window_s: StrictFloat = bounded("idle_window_s", 1.0, "idle power is measured over this window first")
+    tdp_w: StrictFloat | None = bounded("tdp_w", None, "override the profile's TDP for estimated energy")
+    idle_w: StrictFloat | None = bounded("idle_w", None, "override the idle power for estimated energy; ≤ tdp_w")
+    price_usd: StrictFloat | None = bounded("price_usd", None, "override the profile's purchase price")
+    lifetime_years: StrictFloat = bounded("lifetime_years", 3.0)
+    duty_cycle: StrictFloat = bounded("duty_cycle", 0.5)
+    usd_per_kwh: StrictFloat = bounded("usd_per_kwh", 0.15)
+    measure_ceilings: StrictBool = Field(default=False, description="measure GEMM peak and bandwidth before timing")
     dp_cache: str | None = Field(default=None, description="DP-Cache schedule: a step set, segment:A-B/S, or a file")
     checkpoint: Path | None = Field(
         default=None, description="lerobot model.safetensors (or its folder) to load instead of seeded weights"
     )
-    fuse_expert_kv: bool = Field(default=False, description="torch: hoist the expert's prefix K/V work out of the loop")
+    fuse_expert_kv: StrictBool = Field(
+        default=False, description="torch: hoist the expert's prefix K/V work out of the loop"
+    )
+
+    # Checks across fields sit on the later field (pydantic validates in declaration order), so an error names it.
+    @field_validator("actions_per_chunk")
+    @classmethod
+    def _actions_fit_the_chunk(cls, value: int | None, info: Any) -> int | None:
+        chunk = info.data.get("chunk")
+        if value is not None and chunk is not None and value > chunk:
+            raise PydanticCustomError(
+                "actions_exceed_chunk", f"{value} actions per chunk is more than the chunk length {chunk}"
+            )
+        return value
+
+    @field_validator("max_iterations")
+    @classmethod
+    def _max_at_least_min(cls, value: int, info: Any) -> int:
+        low = info.data.get("min_iterations")
+        if low is not None and value < low:
+            raise PydanticCustomError("max_below_min", f"{value} is below min_iterations {low}")
+        return value
+
+    @field_validator("idle_w")
+    @classmethod
+    def _idle_at_most_tdp(cls, value: float | None, info: Any) -> float | None:
+        tdp = info.data.get("tdp_w")
+        if value is not None and tdp is not None and value > tdp:
+            raise PydanticCustomError("idle_above_tdp", f"idle power {value:g} W is above the TDP {tdp:g} W")
+        return value
+
+    @classmethod
+    def check_field(cls, name: str, value: Any) -> Any:
+        """``value`` validated as field ``name`` alone (type, strictness, range; no check against other fields);
+        raises pydantic's ValidationError, located at ``name``."""
+        return _field_adapter(name).validate_python({name: value})[name]
+
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _field_adapter(name: str) -> TypeAdapter[Any]:
+    if name not in _ADAPTERS:
+        field = RunConfig.model_fields[name]
+        _ADAPTERS[name] = TypeAdapter(dict[str, Annotated[field.annotation, field]])  # type: ignore[name-defined]
+    return _ADAPTERS[name]

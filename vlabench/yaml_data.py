@@ -1,9 +1,20 @@
-"""Schema-validated YAML: packaged profiles and user config files, with errors that name the file and field."""
+"""Schema-validated YAML: packaged profiles and user config files, with errors that name the file and field; and the
+one guarded reader of the text files a user names (configs, sweep files, power logs, results).
+
+:func:`read_text_file` opens only regular files (a FIFO, a directory or a device such as ``/dev/zero`` behind a
+symlink is refused at once, never read), reads at most :data:`MAX_TEXT_BYTES` and decodes strict UTF-8; every problem
+is one InputError naming the file. :func:`parse_yaml` refuses duplicate mapping keys (naming the key and both lines)
+and reads ``1e3`` as a number, as YAML 1.2 does."""
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from importlib import resources
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -12,16 +23,112 @@ from vlabench.errors import InputError
 
 Model = TypeVar("Model", bound=BaseModel)
 
+MAX_TEXT_BYTES = 64 * 1024 * 1024
+"""The largest text file vlabench reads (configs, sweep files, power logs, results): 64 MiB."""
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_text_file(path: str | Path, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path``; anything else is an InputError naming ``path`` and ``what``.
+
+    The file is opened non-blocking (a FIFO without a writer does not hang the open), checked to be a regular file
+    before a byte is read, read up to ``max_bytes`` (a file that is larger, or grows past it, is refused) and decoded
+    as strict UTF-8 without NUL bytes (a binary file is refused, not half-read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket or a FIFO opened for writing only
+            raise InputError(f"{path}: the {what} is not a regular file") from None
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise InputError(f"{path}: the {what} is {kind}, not a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise InputError(f"{path}: the {what} is over {max_bytes // (1024 * 1024)} MiB; is it the right file?")
+    data = b"".join(chunks)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: the {what} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); "
+            "is it a binary file?"
+        ) from None
+    if "\0" in text:
+        raise InputError(f"{path}: the {what} contains NUL bytes at offset {text.index(chr(0))}; is it a binary file?")
+    return text
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that sets the same key twice (YAML says keys are unique; PyYAML would keep the last silently)."""
+
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        self.problem = f"duplicate key {key!r} (first set on line {first_line})"
+        self.line = line
+        super().__init__(f"line {line}: {self.problem}")
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate mapping keys and resolves YAML 1.2 floats (``1e3``, not a string)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` then a key of base is an override, not a duplicate
+            key, line = self.construct_object(key_node, deep=False), key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class raises its own error
+                continue
+            if first is not None:
+                raise DuplicateKeyError(key, line, first)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` parsed by :class:`StrictLoader`; raises ``yaml.YAMLError`` (a DuplicateKeyError included)."""
+    return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: no arbitrary objects
+
 
 def describe_validation(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
 
 
 def parse_yaml(text: str, schema: type[Model] | TypeAdapter, origin: str, what: str, empty_ok: bool = False) -> Model:
-    """``text`` validated against ``schema`` (a model or a TypeAdapter over a union); malformed YAML or invalid
-    fields raise InputError naming ``origin``."""
+    """``text`` validated against ``schema`` (a model or a TypeAdapter over a union); malformed YAML, a duplicate key
+    or invalid fields raise InputError naming ``origin``."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{origin}:{exc.line}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{origin}: malformed YAML: {exc}") from None
     try:
@@ -31,6 +138,11 @@ def parse_yaml(text: str, schema: type[Model] | TypeAdapter, origin: str, what: 
         return schema.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{origin}: invalid {what}: {describe_validation(exc)}") from None
+
+
+def load_yaml_file(path: Path, schema: type[Model] | TypeAdapter, what: str, empty_ok: bool = False) -> Model:
+    """A user's YAML file, read by :func:`read_text_file` and validated by :func:`parse_yaml`."""
+    return parse_yaml(read_text_file(path, what), schema, str(path), what, empty_ok=empty_ok)
 
 
 def packaged_names(folder: str) -> list[str]:

@@ -1,61 +1,172 @@
-"""Memory: will the model fit (checked before allocating), and how much did the run use."""
+"""Memory: will the run fit (checked before allocating), and how much did the run use.
+
+The estimate counts every buffer whose size depends on the model or the workload: the weights; the prefix K/V
+cache; the largest transient activations of a phase (vision, prefill, one action step: its attention masks and
+scores grow with chunk × (prefix + chunk)); the inputs (cameras × image size, chunk × action dimension, several
+copies: the seeded variants, their fp32 creation and the reference's); the per-step timing records (steps ×
+iterations); and the runtime: its own arena and libraries, and for exported graphs (onnxruntime, openvino,
+tensorrt) the exporter's traced graph and the runtime's own copy of the weights. ``tests/test_memory_estimate.py``
+checks that the estimate is never below the peak RSS a run adds, and at most 4× it, across workloads."""
 
 from __future__ import annotations
 
 import resource
 import sys
+from typing import NamedTuple
 
 import psutil
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vlabench.errors import InsufficientMemoryError
 from vlabench.models.replicas import count_parameters
-from vlabench.models.specs import FlowVLASpec, ModelSpec
+from vlabench.models.specs import DecoderSpec, FlowVLASpec, ModelSpec
 from vlabench.models.workload import Workload
 from vlabench.vocab import Precision
 
 HEADROOM = 1.15  # allocator fragmentation and framework buffers on top of the estimate
+MIB = 2**20
+RUNTIME_BYTES = {
+    "torch": 48 * MIB,
+    "torch-compile": 512 * MIB,  # inductor, its compile workers and generated code
+    "onnxruntime": 128 * MIB,
+    "openvino": 256 * MIB,
+    "tensorrt": 1024 * MIB,  # the builder's workspace
+}
+"""A runtime's own memory once it runs a tiny model: libraries, thread pools, arenas (measured ×1.5-3)."""
+EXPORTED = frozenset({"onnxruntime", "openvino", "tensorrt"})
+"""Backends that export graphs: the exporter holds a traced copy of the weights, the runtime its own copy, and the
+graph's attention is plain matmul + softmax, so its scores are materialized."""
+EXPORTED_SCORE_COPIES = 8
+"""Attention-score-sized buffers an exported graph's runtime holds at once (the product, the masked sum, the
+softmax, the mask; its arena rounds each up): onnxruntime measured 6-7, whatever the number of layers."""
+INPUT_VARIANTS = 2  # seeded observations per run (``commands.run.INPUT_VARIANTS``)
+SPAN_BYTES = 256  # one timing span kept per phase and denoising step of each inference: sample, event, list slots
+SPANS_PER_INFERENCE = 8  # phases and the end-to-end spans besides the per-step ones
+TRACE_SHARE = 16
+"""Tracing a replica allocates its inputs on the host: only when they take at most 1/16 of its free memory, so the
+estimate itself can never exhaust memory."""
+FLOAT = 4  # scores, softmax and the fp32 copies of inputs are fp32 whatever the run's precision
 
 
 class Footprint(BaseModel):
-    """Estimated resident bytes of one inference (batch from the workload)."""
+    """Estimated resident bytes of one run (batch from the workload)."""
 
     params: int
     weights_bytes: int
     kv_cache_bytes: int
-    activation_bytes: int
+    activation_bytes: int = Field(description="the largest transient activations of one phase")
+    buffer_bytes: int = Field(default=0, description="inputs, action-loop state, timing records, K/V staging")
+    runtime_bytes: int = Field(default=0, description="runtime arena and libraries; exported graphs' weight copies")
     total_bytes: int
 
 
-def estimate_footprint(spec: ModelSpec, workload: Workload, precision: str) -> Footprint:
-    """Weights + prefix K/V cache + the largest transient activations (vision tower attention and MLP); for the
-    families without an analytic model, the cache and activations are twice the largest traced operator's."""
+def estimate_footprint(
+    spec: ModelSpec, workload: Workload, precision: str, backend: str = "torch", iterations: int = 1000
+) -> Footprint:
+    """Every shape-dependent buffer of a run of ``backend`` with up to ``iterations`` timed inferences (see the
+    module docstring). Flow-matching VLAs are counted analytically; the other families from their traced operators
+    (twice the largest one's activations), unless the inputs the trace creates would take over 1/TRACE_SHARE of
+    this host's free memory: such a workload is not traced, and counted as more than the host has."""
     size = Precision.BYTES[precision]
     params = count_parameters(spec)
     weights = params * size
-    if not isinstance(spec, FlowVLASpec):
+    buffers = input_bytes(workload, size) + iterations * (workload.steps + SPANS_PER_INFERENCE) * SPAN_BYTES
+    exported = backend in EXPORTED
+    if isinstance(spec, FlowVLASpec):
+        kv_cache, activations = flow_vla_terms(spec, workload, size, exported)
+        buffers += kv_cache + joint_kv_bytes(spec, workload, size)  # the per-layer K/V before they are stacked
+    elif trace_input_bytes(workload) * TRACE_SHARE > psutil.virtual_memory().available:
+        kv_cache, activations = 0, trace_input_bytes(workload) * TRACE_SHARE  # untraced: more than the host has
+    else:
         from vlabench.analysis.flops_traced import trace_operators
 
         ops = trace_operators(spec, workload, precision)
         kv_cache = int(max(op.kv_read_bytes for op in ops))
         activations = int(2 * max(op.activation_bytes for op in ops))
-    else:
-        llm, vision = spec.llm, spec.vision
-        kv_cache = 2 * llm.layers * workload.batch * llm.kv_heads * workload.prefix_tokens * llm.head_dim * size
-        images = workload.batch * workload.cameras
-        patches = vision.patches_per_camera
-        vision_peak = images * (patches * vision.intermediate + vision.heads * patches * patches) * size
-        tokens = workload.prefix_tokens
-        prefill_peak = workload.batch * (tokens * llm.intermediate * 2 + llm.heads * tokens**2) * size
-        activations = 2 * max(vision_peak, prefill_peak)
+        buffers += kv_cache
+    runtime = RUNTIME_BYTES.get(backend, max(RUNTIME_BYTES.values())) + (2 * weights if exported else 0)
     return Footprint(
         params=params,
         weights_bytes=weights,
         kv_cache_bytes=kv_cache,
         activation_bytes=activations,
-        total_bytes=int((weights + kv_cache + activations) * HEADROOM),
+        buffer_bytes=buffers,
+        runtime_bytes=runtime,
+        total_bytes=int((weights + kv_cache + activations + buffers + runtime) * HEADROOM),
     )
+
+
+def observation_elements(workload: Workload) -> int:
+    """Image pixels and state values of one observation batch."""
+    width = workload.image_width or workload.image_size
+    images = workload.batch * workload.cameras * workload.frames * 3 * workload.image_size * width
+    return images + workload.batch * workload.frames * workload.state_dim
+
+
+def trace_input_bytes(workload: Workload) -> int:
+    """What tracing a replica allocates on the host: one fp32 observation (and its random draw) and noise chunk."""
+    noise = workload.batch * workload.chunk * workload.action_dim
+    return 2 * FLOAT * (observation_elements(workload) + noise)
+
+
+def input_bytes(workload: Workload, size: int) -> int:
+    """The seeded observations and noise at the run's precision, their fp32 draws, the fp32 reference's copies,
+    the language tokens and masks, and the action loop's state (x_t, velocity, the update, the kept actions)."""
+    noise = workload.batch * workload.chunk * workload.action_dim
+    per_copy = observation_elements(workload) + noise
+    language = workload.batch * workload.language_tokens * (8 + 1)  # int64 ids and a bool mask
+    return INPUT_VARIANTS * (per_copy * (size + 2 * FLOAT) + 2 * language) + 4 * noise * FLOAT
+
+
+def joint_kv_bytes(spec: FlowVLASpec, workload: Workload, size: int) -> int:
+    """``--fuse-expert-kv``'s static [prefix ; suffix] K/V buffers of every expert layer."""
+    expert, tokens = spec.expert, workload.prefix_tokens + workload.suffix_tokens
+    return 2 * expert.layers * workload.batch * expert.kv_heads * tokens * expert.head_dim * size
+
+
+def flow_vla_terms(spec: FlowVLASpec, workload: Workload, size: int, exported: bool) -> tuple[int, int]:
+    """(K/V cache, the largest transient activations) of a flow-matching VLA: the vision tower over every image,
+    the prefill over the prefix, or one denoising step of the expert over the chunk."""
+    llm, vision, expert = spec.llm, spec.vision, spec.expert
+    batch, prefix, suffix = workload.batch, workload.prefix_tokens, workload.suffix_tokens
+    kv_cache = 2 * llm.layers * batch * llm.kv_heads * prefix * llm.head_dim * size
+    images, patches = batch * workload.cameras * workload.frames, vision.patches_per_camera
+    tower = Attention(vision.heads, vision.heads, vision.hidden // vision.heads, vision.hidden, vision.intermediate)
+    vision_peak = tower.bytes(images, patches, patches, size, exported, masked=False)
+    prefill_peak = Attention.of(llm).bytes(batch, prefix, prefix, size, exported)
+    step_peak = Attention.of(expert).bytes(batch, suffix, prefix + suffix, size, exported)
+    step_peak += batch * suffix * suffix + mask_bytes(batch * suffix * prefix, size)  # suffix-only, cross masks
+    return kv_cache, max(vision_peak, prefill_peak, step_peak)
+
+
+def mask_bytes(elements: int, size: int) -> int:
+    """An additive attention mask built from a boolean one: the boolean, its negation, the zeros and the result."""
+    return elements * (2 + 2 * size)
+
+
+class Attention(NamedTuple):
+    """The widths of a transformer's layers, for the transient memory of one pass."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+
+    @classmethod
+    def of(cls, spec: DecoderSpec) -> Attention:
+        return cls(spec.heads, spec.kv_heads, spec.head_dim, spec.hidden, spec.intermediate)
+
+    def bytes(self, batch: int, queries: int, keys: int, size: int, exported: bool, masked: bool = True) -> int:
+        """One pass of ``queries`` tokens over ``keys``: the additive mask; the attention scores (once, for an
+        attention kernel's math fallback; EXPORTED_SCORE_COPIES times in an exported graph's runtime); hidden states
+        and MLP intermediates; keys and values expanded to every query head."""
+        masks = mask_bytes(batch * queries * keys, size) if masked else 0
+        scores = batch * self.heads * queries * keys * FLOAT * (EXPORTED_SCORE_COPIES if exported else 1)
+        widths = 3 * self.intermediate + 6 * self.hidden + 4 * self.heads * self.head_dim
+        expanded = 2 * batch * (self.heads + self.kv_heads) * keys * self.head_dim * size
+        return masks + scores + batch * queries * widths * size + expanded
 
 
 def available_bytes(device: torch.device) -> int:
@@ -66,7 +177,7 @@ def available_bytes(device: torch.device) -> int:
 
 
 def check_fits(spec: ModelSpec, footprint: Footprint, device: torch.device, precision: str) -> None:
-    """Refuse, with the numbers, a model whose estimated footprint exceeds the target's free memory."""
+    """Refuse, with the numbers, a run whose estimated footprint exceeds the target's free memory."""
     available = available_bytes(device)
     if footprint.total_bytes > available:
         gib = 1024**3
@@ -74,8 +185,10 @@ def check_fits(spec: ModelSpec, footprint: Footprint, device: torch.device, prec
             f"{spec.name} at {precision} needs about {footprint.total_bytes / gib:.1f} GiB on {device} "
             f"(weights {footprint.weights_bytes / gib:.1f} GiB for {footprint.params / 1e9:.2f}B parameters, "
             f"K/V cache {footprint.kv_cache_bytes / gib:.2f} GiB, activations {footprint.activation_bytes / gib:.2f} "
-            f"GiB, +{(HEADROOM - 1) * 100:.0f}% headroom) but only {available / gib:.1f} GiB is available. "
-            "Try a lower precision (--precision bf16), fewer cameras, or a smaller model."
+            f"GiB, inputs and buffers {footprint.buffer_bytes / gib:.2f} GiB, runtime "
+            f"{footprint.runtime_bytes / gib:.2f} GiB, +{(HEADROOM - 1) * 100:.0f}% headroom) but only "
+            f"{available / gib:.1f} GiB is available. Try a smaller --chunk or fewer --cameras, a lower precision "
+            "(--precision bf16), or a smaller model."
         )
 
 

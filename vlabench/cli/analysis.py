@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from vlabench.cli.options import (
+    Bounds,
     CamerasFlag,
     ChunkFlag,
     DeviceFlag,
@@ -17,11 +18,14 @@ from vlabench.cli.options import (
     TargetOption,
     arguments_for,
     contextual,
+    number_option,
+    run_option,
 )
 from vlabench.cli.views.console import show, stderr
 from vlabench.errors import InputError
 
 # fidelity and calibrate dp-cache: the exact path is fp32 eager torch; these choose what computes the optimized actions
+COUNT = Bounds(1, 100_000, integer=True)
 OptimizedPrecisionFlag = Annotated[
     str, TargetOption(help="Precision of the backend computing the optimized actions (the exact path is fp32 torch).")
 ]
@@ -51,14 +55,20 @@ def roofline(
         Path | None, typer.Option(help="A `vlabench run` result: achieved FLOP/s from its measured phase latencies.")
     ] = None,
     efficiency: Annotated[
-        float | None, typer.Option(help=contextual("Projection: share of the roofline the device reaches (0–1).", "1"))
+        float | None,
+        number_option(
+            Bounds(0.0, 1.0, open_below=True),
+            help=contextual("Projection: share of the roofline the device reaches (0–1).", "1"),
+        ),
     ] = None,
     calibrate: Annotated[
         Path | None, typer.Option(help="Projection: take per-phase efficiency from this measured result.")
     ] = None,
-    control_hz: Annotated[float, typer.Option(help="Control-rate target for the feasibility verdict, Hz.")] = 10.0,
+    control_hz: Annotated[
+        float, run_option("control_hz", help="Control-rate target for the feasibility verdict, Hz.")
+    ] = 10.0,
     layers: Annotated[bool, typer.Option(help="Print the per-layer table (VLM and expert).")] = True,
-    top: Annotated[int, typer.Option(help="Heaviest operator kinds to list.")] = 12,
+    top: Annotated[int, number_option(Bounds(0, 10_000, integer=True), help="Heaviest operator kinds to list.")] = 12,
     html: Annotated[bool, typer.Option(help="Write the interactive roofline chart (HTML) into --out.")] = True,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the chart.")] = Path("results"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
@@ -70,8 +80,6 @@ def roofline(
     from vlabench.commands.roofline import RooflineRequest, default_precision, resolve_profile, run_roofline
     from vlabench.vocab import Precision
 
-    if control_hz <= 0 or top < 0:
-        raise InputError("--control-hz must be positive and --top non-negative")
     chosen = Precision.parse(precision) if precision else default_precision(resolve_profile(device)[0])
     fields = {field.name for field in dataclasses.fields(RooflineRequest)}
     outcome = run_roofline(RooflineRequest(**{**arguments_for(ctx, fields), "precision": chosen}))
@@ -88,15 +96,21 @@ def fidelity(
     backend: OneBackendFlag = "torch",
     precision: OptimizedPrecisionFlag = "fp32",
     checkpoint: CheckpointFlag = None,
-    observations: Annotated[int, typer.Option(help="Open loop: cycles of a drifting observation sequence.")] = 100,
+    observations: Annotated[
+        int, number_option(COUNT, help="Open loop: cycles of a drifting observation sequence.")
+    ] = 100,
     closed_loop: Annotated[
         bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
     ] = True,
-    episodes: Annotated[int, typer.Option(help="Closed loop: seeded episodes per variant.")] = 50,
+    episodes: Annotated[int, number_option(COUNT, help="Closed loop: seeded episodes per variant.")] = 50,
     actions_per_chunk: Annotated[
-        int, typer.Option(help="Closed loop: actions executed per predicted chunk (of 8); more is less forgiving.")
+        int,
+        number_option(
+            Bounds(1, 8, integer=True),
+            help="Closed loop: actions executed per predicted chunk (of 8); more is less forgiving.",
+        ),
     ] = 4,
-    seed: Annotated[int, typer.Option(help="Seed for weights, observations, noise and episodes.")] = 0,
+    seed: Annotated[int, run_option("seed", help="Seed for weights, observations, noise and episodes.")] = 0,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Results folder.")] = Path("results"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
 ) -> None:
@@ -123,13 +137,17 @@ def calibrate_dp_cache(
     backend: OneBackendFlag = "torch",
     precision: OptimizedPrecisionFlag = "fp32",
     checkpoint: CheckpointFlag = None,
-    observations: Annotated[int, typer.Option(help="Seeded observations to calibrate on.")] = 32,
+    observations: Annotated[int, number_option(COUNT, help="Seeded observations to calibrate on.")] = 32,
     budget: Annotated[
-        float, typer.Option(help="Worst relative action error allowed (max |Δ| / max |exact displacement|).")
+        float,
+        number_option(
+            Bounds(0.0, 10.0, open_below=True),
+            help="Worst relative action error allowed (max |Δ| / max |exact displacement|).",
+        ),
     ] = 0.05,
     steps: StepsFlag = None,
     cameras: CamerasFlag = None,
-    seed: Annotated[int, typer.Option(help="Seed for weights, observations and noise.")] = 0,
+    seed: Annotated[int, run_option("seed", help="Seed for weights, observations and noise.")] = 0,
     out_file: Annotated[
         Path | None, typer.Option("--out", "-o", help=contextual("Schedule file.", "results/<model>.dp-cache.json"))
     ] = None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vlabench.cli.options import contextual
+from vlabench.cli.options import contextual, run_option
 from vlabench.cli.views.console import stderr, stdout, warn_skipped, write_json
 from vlabench.errors import InputError
 
@@ -77,7 +77,9 @@ def measured_ceilings(precisions: list[str] | None) -> tuple[ResolvedDevice, lis
 def rank(
     paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
     priority: Annotated[str, typer.Option(help="cost, energy or time.")] = "cost",
-    control_hz: Annotated[float, typer.Option(help="Control-rate target for the feasibility gate, Hz.")] = 10.0,
+    control_hz: Annotated[
+        float, run_option("control_hz", help="Control-rate target for the feasibility gate, Hz.")
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of a table.")] = False,
 ) -> None:
     """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""

@@ -10,9 +10,15 @@ from typing import Annotated
 
 import typer
 
-from vlabench.cli.options import arguments_for, contextual
+from vlabench.cli.options import Bounds, arguments_for, contextual, number_option, run_option
 from vlabench.cli.views.console import notes, stderr, stdout, warn_skipped, write_json
 from vlabench.errors import CheckFailedError, InputError, InvalidResultError, SweepFailedError
+
+# Bounds of the options below; sweep's and compare's match what their settings accept (sweep_file, results.compare).
+TIMEOUT_S = Bounds(0.0, 7 * 86_400.0, open_below=True)
+THRESHOLD = Bounds(0.0, 10.0, open_below=True)
+CONFIDENCE = Bounds(0.0, 1.0, open_below=True, open_above=True)
+RESAMPLES = Bounds(100, 20_000, integer=True)
 
 
 def sweep(
@@ -25,7 +31,8 @@ def sweep(
         typer.Option("--out", "-o", help=contextual("Results folder.", "the sweep file's out, else results")),
     ] = None,
     timeout_s: Annotated[
-        float | None, typer.Option("--timeout-s", help="Per-run limit, s; the run's process group is then killed.")
+        float | None,
+        number_option(TIMEOUT_S, "--timeout-s", help="Per-run limit, s; the run's process group is then killed."),
     ] = None,
     ray_address: Annotated[
         str | None, typer.Option("--ray", metavar="ADDRESS", help="Dispatch the runs to this Ray cluster (HOST:PORT).")
@@ -68,12 +75,17 @@ def worker(
     address: Annotated[
         str | None, typer.Option(help="The head node's HOST:PORT to join; without it, the line starts a head.")
     ] = None,
-    port: Annotated[int, typer.Option(help="Port of a head node started here.")] = 6379,
+    port: Annotated[
+        int, number_option(Bounds(1, 65_535, integer=True), help="Port of a head node started here.")
+    ] = 6379,
     placement: Annotated[
         list[str] | None, typer.Option("--placement", help="Extra placement label to advertise (repeatable).")
     ] = None,
     detect: Annotated[bool, typer.Option(help="Advertise the device profiles detected on this host.")] = True,
-    num_cpus: Annotated[int | None, typer.Option(help=contextual("CPUs this node gives Ray.", "Ray's"))] = None,
+    num_cpus: Annotated[
+        int | None,
+        number_option(Bounds(0, 100_000, integer=True), help=contextual("CPUs this node gives Ray.", "Ray's")),
+    ] = None,
     start: Annotated[bool, typer.Option("--start", help="Run the `ray start` line now.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the resources as JSON.")] = False,
 ) -> None:
@@ -99,11 +111,13 @@ def compare(
     ctx: typer.Context,
     baseline: Annotated[Path, typer.Argument(metavar="BASELINE_DIR", help="Results folder (or file) of reference.")],
     candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE_DIR", help="Results folder (or file) to check.")],
-    threshold: Annotated[float, typer.Option(help="Relative latency change that counts, e.g. 0.05 = 5%.")] = 0.05,
-    energy_threshold: Annotated[float, typer.Option(help="Relative J/action increase that counts.")] = 0.05,
-    confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")] = 0.95,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 5000,
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    threshold: Annotated[
+        float, number_option(THRESHOLD, help="Relative latency change that counts, e.g. 0.05 = 5%.")
+    ] = 0.05,
+    energy_threshold: Annotated[float, number_option(THRESHOLD, help="Relative J/action increase that counts.")] = 0.05,
+    confidence: Annotated[float, number_option(CONFIDENCE, help="Confidence level of the bootstrap interval.")] = 0.95,
+    resamples: Annotated[int, number_option(RESAMPLES, help="Bootstrap resamples.")] = 5000,
+    seed: Annotated[int, run_option("seed", help="Bootstrap seed.")] = 0,
     phase: Annotated[str, typer.Option(help="Latency phase compared (e2e, prefix, action, …).")] = "e2e",
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
@@ -128,9 +142,12 @@ def compare(
 def validate(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(metavar="DIR", help="Results folder (or one result file).")],
-    min_iterations: Annotated[int, typer.Option(help="Timed inferences each result must have.")] = 10,
+    min_iterations: Annotated[
+        int,
+        number_option(Bounds(0, 1_000_000, integer=True), help="Timed inferences each result must have."),
+    ] = 10,
     min_duration_s: Annotated[
-        float, typer.Option("--min-duration", help="Timed seconds each result must have.")
+        float, run_option("min_duration_s", "--min-duration", help="Timed seconds each result must have.")
     ] = 10.0,
     allow_dirty: Annotated[
         bool, typer.Option("--allow-dirty", help="Accept results measured from a modified working tree.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from vlabench.cli.options import (
     RUN_DEFAULTS,
+    Bounds,
     CamerasFlag,
     ChunkFlag,
     DeviceFlag,
@@ -34,11 +36,13 @@ from vlabench.cli.options import (
     WorkloadOption,
     contextual,
     given_for,
+    number_option,
+    run_option,
     with_target_options,
 )
 from vlabench.cli.views.console import notes, show, stderr, stdout, write_json
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, InvalidResultError
+from vlabench.errors import InputError, InvalidResultError, VlabenchError
 
 ProfilingOption = partial(typer.Option, rich_help_panel="Profiling")
 
@@ -68,17 +72,27 @@ def run(
     chunk: ChunkFlag = None,
     actions_per_chunk: Annotated[
         int | None,
-        WorkloadOption(help=contextual("Actions executed per chunk, for the action rate.", "the model's")),
+        run_option(
+            "actions_per_chunk",
+            option=WorkloadOption,
+            help=contextual("Actions executed per chunk (at most the chunk), for the action rate.", "the model's"),
+        ),
     ] = None,
     seed: SeedFlag = RUN_DEFAULTS.seed,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
-    min_iterations: Annotated[int, TimingOption(help="Minimum timed inferences.")] = RUN_DEFAULTS.min_iterations,
+    min_iterations: Annotated[
+        int, run_option("min_iterations", option=TimingOption, help="Minimum timed inferences.")
+    ] = RUN_DEFAULTS.min_iterations,
     min_duration_s: Annotated[
-        float, TimingOption("--min-duration", help="Minimum timed seconds.")
+        float, run_option("min_duration_s", "--min-duration", option=TimingOption, help="Minimum timed seconds.")
     ] = RUN_DEFAULTS.min_duration_s,
-    max_iterations: Annotated[int, TimingOption(help="Cap on timed inferences.")] = RUN_DEFAULTS.max_iterations,
+    max_iterations: Annotated[
+        int, run_option("max_iterations", option=TimingOption, help="Cap on timed inferences.")
+    ] = RUN_DEFAULTS.max_iterations,
     threads: ThreadsFlag = None,
-    control_hz: Annotated[float, TimingOption(help="Robot control-rate target, Hz.")] = RUN_DEFAULTS.control_hz,
+    control_hz: Annotated[
+        float, run_option("control_hz", option=TimingOption, help="Robot control-rate target, Hz.")
+    ] = RUN_DEFAULTS.control_hz,
     energy_meter: Annotated[
         str, EnergyOption(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
     ] = RUN_DEFAULTS.energy_meter,
@@ -86,19 +100,37 @@ def run(
         Path | None, EnergyOption(help="CSV log (timestamp,watts) of an external power meter covering the run.")
     ] = None,
     energy_window_s: Annotated[
-        float, EnergyOption("--energy-window", help="Energy window: whole inferences lasting at least this, s.")
+        float,
+        run_option(
+            "energy_window_s",
+            "--energy-window",
+            option=EnergyOption,
+            help="Energy window: whole inferences lasting at least this, s.",
+        ),
     ] = RUN_DEFAULTS.energy_window_s,
     idle_window_s: Annotated[
-        float, EnergyOption("--idle-window", help="Idle-power window before it, s.")
+        float, run_option("idle_window_s", "--idle-window", option=EnergyOption, help="Idle-power window before it, s.")
     ] = RUN_DEFAULTS.idle_window_s,
     tdp_w: Annotated[
-        float | None, EnergyOption(help=contextual("TDP for estimated energy, W.", "the profile's"))
+        float | None,
+        run_option("tdp_w", option=EnergyOption, help=contextual("TDP for estimated energy, W.", "the profile's")),
     ] = None,
-    idle_w: Annotated[float | None, EnergyOption(help="Idle power for estimated energy, W.")] = None,
-    price_usd: Annotated[float | None, EnergyOption(help=contextual("Purchase price, USD.", "the profile's"))] = None,
-    lifetime_years: Annotated[float, EnergyOption(help="Amortization period, years.")] = RUN_DEFAULTS.lifetime_years,
-    duty_cycle: Annotated[float, EnergyOption(help="Share of time the robot operates, 0–1.")] = RUN_DEFAULTS.duty_cycle,
-    usd_per_kwh: Annotated[float, EnergyOption(help="Electricity price, USD/kWh.")] = RUN_DEFAULTS.usd_per_kwh,
+    idle_w: Annotated[
+        float | None, run_option("idle_w", option=EnergyOption, help="Idle power for estimated energy (≤ TDP), W.")
+    ] = None,
+    price_usd: Annotated[
+        float | None,
+        run_option("price_usd", option=EnergyOption, help=contextual("Purchase price, USD.", "the profile's")),
+    ] = None,
+    lifetime_years: Annotated[
+        float, run_option("lifetime_years", option=EnergyOption, help="Amortization period, years.")
+    ] = RUN_DEFAULTS.lifetime_years,
+    duty_cycle: Annotated[
+        float, run_option("duty_cycle", option=EnergyOption, help="Share of time the robot operates.")
+    ] = RUN_DEFAULTS.duty_cycle,
+    usd_per_kwh: Annotated[
+        float, run_option("usd_per_kwh", option=EnergyOption, help="Electricity price, USD/kWh.")
+    ] = RUN_DEFAULTS.usd_per_kwh,
     dp_cache: DpCacheFlag = None,
     fuse_expert_kv: FuseExpertKvFlag = False,
     fuse_denoise_loop: Annotated[
@@ -121,8 +153,7 @@ def run(
 ) -> None:
     """Measure one model on this host, phase by phase, and write a JSON result."""
     from vlabench.cli.views.run import RunProgress, comparison, plan_summary, result_tables
-    from vlabench.commands.run import execute_many, plan_runs
-    from vlabench.results.schema import write_result
+    from vlabench.commands.run import execute_many, plan_runs, save_result
 
     run_config = build_run_config(ctx)
     plans, skipped = plan_runs(run_config)
@@ -132,7 +163,7 @@ def run(
         stderr.print(f"[yellow]skipped backend[/] {reason}", highlight=False)
     with RunProgress(stderr) as progress:
         results = execute_many(plans, progress.update)
-    paths = [write_result(result, run_config.out) for result in results]
+    saved = [save_result(result, run_config.out) for result in results]
     if as_json:
         payload = [result.model_dump(mode="json") for result in results]
         write_json(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
@@ -142,18 +173,42 @@ def run(
     else:
         for renderable in comparison(results):
             stdout.print(renderable)
-    for path in paths:
-        info.print(f"result: [bold]{path}[/]", soft_wrap=True)  # never broken: the terminal wraps it, copyable
+    for entry in saved:
+        if entry.problem is None:
+            info.print(f"result: [bold]{entry.path}[/]", soft_wrap=True)  # never broken: the terminal wraps it
     if any(not result.valid for result in results):
         stderr.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
+    report_unsaved([entry for entry in saved if entry.problem is not None], run_config.out)
+    if any(not result.valid for result in results):
         raise InvalidResultError
+
+
+def report_unsaved(unsaved: list[Any], out: Path) -> None:
+    """Results that could not be written into ``out`` (a full disk, a quota, an I/O error): say where each went
+    instead (its JSON printed on stderr when even the fallback file failed), then exit 1."""
+    if not unsaved:
+        return
+    places = []
+    for entry in unsaved:
+        if entry.path is None:
+            sys.stderr.write(entry.text + "\n")
+        places.append(str(entry.path) if entry.path else "stderr above (the fallback file failed too)")
+    raise VlabenchError(
+        f"{unsaved[0].problem}; the measurement is not lost: saved to {', '.join(places)}; move it into {out} "
+        "once it can be written"
+    )
 
 
 @with_target_options
 def profile(
     ctx: typer.Context,
-    iterations: Annotated[int, TimingOption(help="Minimum traced inferences.")] = 5,
-    min_duration: Annotated[float, TimingOption(help="Minimum traced seconds (for enough counter samples).")] = 2.0,
+    iterations: Annotated[
+        int, number_option(Bounds(1, 100_000, integer=True), option=TimingOption, help="Minimum traced inferences.")
+    ] = 5,
+    min_duration: Annotated[
+        float,
+        run_option("min_duration_s", option=TimingOption, help="Minimum traced seconds (for enough counter samples)."),
+    ] = 2.0,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
     threads: ThreadsFlag = None,
     kernels: Annotated[
@@ -161,7 +216,11 @@ def profile(
     ] = False,
     sample_ms: Annotated[
         float | None,
-        ProfilingOption(help=contextual("Counter sampling period, ms.", "50 CPU, 20 NVML, 100 tegrastats")),
+        number_option(
+            Bounds(0.0, 60_000.0, open_below=True),
+            option=ProfilingOption,
+            help=contextual("Counter sampling period, ms.", "50 CPU, 20 NVML, 100 tegrastats"),
+        ),
     ] = None,
     ceilings: Annotated[
         bool,
@@ -179,10 +238,10 @@ def profile(
     """Trace phases with utilization counters (Chrome/Perfetto JSON) and summarize each phase against the roofline."""
     from vlabench.cli.views.roofline import passes_table, profile_table
     from vlabench.commands.profile import ProfileSettings, run_profile
+    from vlabench.commands.run import check_paths
 
-    if iterations < 1 or min_duration < 0 or (sample_ms is not None and sample_ms <= 0):
-        raise InputError("--iterations must be ≥ 1, --min-duration ≥ 0 and --sample-ms > 0")
     run_config = build_run_config(ctx)
+    check_paths(run_config)
     if run_config.backend in ("all",) or "," in run_config.backend:
         raise InputError("vlabench profile takes one --backend")
     settings = ProfileSettings(
@@ -207,12 +266,25 @@ def profile(
 def loop(
     ctx: typer.Context,
     fusion_stale_steps: Annotated[
-        int, OptimizationOption(help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).")
+        int,
+        number_option(
+            Bounds(0, 10_000, integer=True),
+            option=OptimizationOption,
+            help="V-AEFusion: denoising steps run on the previous cycle's prefix (0 = off).",
+        ),
     ] = 5,
     dp_cache: DpCacheFlag = None,
     fuse_expert_kv: FuseExpertKvFlag = False,
-    cycles: Annotated[int, TimingOption(help="Counted control cycles per loop.")] = 10,
-    warmup_cycles: Annotated[int, TimingOption("--warmup", help="Uncounted cycles after the first.")] = 1,
+    cycles: Annotated[
+        int,
+        number_option(Bounds(1, 100_000, integer=True), option=TimingOption, help="Counted control cycles per loop."),
+    ] = 10,
+    warmup_cycles: Annotated[
+        int,
+        number_option(
+            Bounds(0, 100_000, integer=True), "--warmup", option=TimingOption, help="Uncounted cycles after the first."
+        ),
+    ] = 1,
     threads: ThreadsFlag = None,
     seed: SeedFlag = RUN_DEFAULTS.seed,
     out: OutFlag = RUN_DEFAULTS.out,
@@ -222,10 +294,10 @@ def loop(
     """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
     from vlabench.cli.views.loop import loop_table
     from vlabench.commands.loop import run_loop
+    from vlabench.commands.run import check_paths
 
-    if cycles < 1 or warmup_cycles < 0:
-        raise InputError("--cycles must be ≥ 1 and --warmup ≥ 0")
     run_config = build_run_config(ctx)
+    check_paths(run_config)
     result = run_loop(run_config, fusion_stale_steps, cycles, warmup_cycles, run_config.out)
     show(as_json, result, [loop_table(result)])
     for message in result.warnings:
@@ -243,7 +315,10 @@ def build_run_config(ctx: typer.Context) -> RunConfig:
         return RunConfig.model_validate({**base.model_dump(), **given})
     except ValidationError as exc:
         flags = run_flags(ctx)
-        problems = "; ".join(f"{flags[str(error['loc'][0])]}: {error['msg']}" for error in exc.errors())
+        problems = "; ".join(
+            f"{flags.get(str(error['loc'][0]), error['loc'][0]) if error['loc'] else 'options'}: {error['msg']}"
+            for error in exc.errors()
+        )
         raise InputError(f"invalid option: {problems}") from None
 
 
@@ -254,10 +329,7 @@ def run_flags(ctx: typer.Context) -> dict[str, str]:
 
 
 def load_config_file(path: Path) -> RunConfig:
-    from vlabench.yaml_data import parse_yaml
+    """A ``--config`` file: a regular UTF-8 file (never a FIFO, a device or a binary), strict YAML, a valid config."""
+    from vlabench.yaml_data import load_yaml_file
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_yaml(text, RunConfig, str(path), "run config", empty_ok=True)
+    return load_yaml_file(path, RunConfig, "run config", empty_ok=True)

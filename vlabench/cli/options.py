@@ -9,14 +9,16 @@ defaults to None and says so with :func:`contextual`."""
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
-from vlabench.config import RunConfig
+from vlabench.config import LIMITS, OPEN_BELOW, RunConfig, describe_range
 
 RUN_DEFAULTS = RunConfig()
 
@@ -40,18 +42,81 @@ def contextual(help: str, default: str) -> str:
     return rf"{help} \[default: {default}]"
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The range of a numeric option, checked when the command line is parsed (before any work): a value outside it,
+    nan, ±inf or a non-number is a usage error naming the flag (exit 2). Its ``metavar`` shows the range in --help.
+
+    RunConfig's options take their bounds from :data:`vlabench.config.LIMITS` (:meth:`run`), so a flag and a YAML
+    config file accept exactly the same values."""
+
+    low: float
+    high: float
+    open_below: bool = False
+    integer: bool = False
+    open_above: bool = False
+
+    @classmethod
+    def run(cls, field: str) -> Bounds:
+        low, high = LIMITS[field]
+        return cls(low, high, field in OPEN_BELOW, integer=isinstance(high, int))
+
+    @property
+    def text(self) -> str:
+        return describe_range(self.low, self.high, self.open_below, self.open_above)
+
+    @property
+    def metavar(self) -> str:
+        return f"<{'int' if self.integer else 'float'} {self.text.replace(' ', '')}>"
+
+    def parse(self, value: Any) -> Any:
+        """``value`` (a command-line string, or the option's default) as a number within the bounds."""
+        if value is None:
+            return None
+        text = str(value).strip()
+        try:
+            number = int(text) if self.integer else float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not {'an integer' if self.integer else 'a number'}") from None
+        if not math.isfinite(number):
+            raise typer.BadParameter(f"{text} is not a finite number; use {self.text}")
+        below = number <= self.low if self.open_below else number < self.low
+        above = number >= self.high if self.open_above else number > self.high
+        if below or above:
+            raise typer.BadParameter(f"{text} is out of range; use {self.text}")
+        return number
+
+
+def number_option(bounds: Bounds, *decls: str, option: Callable[..., Any] = typer.Option, **kwargs: Any) -> Any:
+    """A typer option (``option``: typer.Option or a panel's) whose value is parsed and range-checked by ``bounds``."""
+    return option(*decls, parser=bounds.parse, metavar=bounds.metavar, **kwargs)
+
+
+def run_option(field: str, *decls: str, option: Callable[..., Any] = typer.Option, **kwargs: Any) -> Any:
+    """The option of RunConfig's numeric ``field``, within the range RunConfig accepts."""
+    return number_option(Bounds.run(field), *decls, option=option, **kwargs)
+
+
 ModelFlag = Annotated[str, TargetOption("--model", "-m", help="Model name (see `vlabench models`).")]
 DeviceFlag = Annotated[str, TargetOption("--device", "-d", help="Device profile or alias: auto, cpu, cuda, jetson, …")]
 OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help="One backend.")]
 EpFlag = Annotated[str | None, TargetOption(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
 DeviceTargetFlag = Annotated[str | None, TargetOption(help=contextual("OpenVINO device: CPU, GPU, NPU, AUTO.", "CPU"))]
 PrecisionFlag = Annotated[str | None, TargetOption(help=contextual("fp32, bf16 or fp16.", "fp32 on CPU, bf16 on CUDA"))]
-CamerasFlag = Annotated[int | None, WorkloadOption(help=contextual("Camera count.", "the model's"))]
-StepsFlag = Annotated[int | None, WorkloadOption(help=contextual("Denoising steps.", "the model's"))]
-ChunkFlag = Annotated[int | None, WorkloadOption(help=contextual("Action chunk length.", "the model's"))]
-SeedFlag = Annotated[int, WorkloadOption(help="Seed for weights, observations and noise.")]
-ThreadsFlag = Annotated[int | None, TimingOption(help=contextual("torch intra-op threads.", "torch's"))]
-WarmupFlag = Annotated[int, TimingOption(help="Warm-up inferences.")]
+CamerasFlag = Annotated[
+    int | None, run_option("cameras", option=WorkloadOption, help=contextual("Camera count.", "the model's"))
+]
+StepsFlag = Annotated[
+    int | None, run_option("steps", option=WorkloadOption, help=contextual("Denoising steps.", "the model's"))
+]
+ChunkFlag = Annotated[
+    int | None, run_option("chunk", option=WorkloadOption, help=contextual("Action chunk length.", "the model's"))
+]
+SeedFlag = Annotated[int, run_option("seed", option=WorkloadOption, help="Seed for weights, observations and noise.")]
+ThreadsFlag = Annotated[
+    int | None, run_option("threads", option=TimingOption, help=contextual("torch intra-op threads.", "torch's"))
+]
+WarmupFlag = Annotated[int, run_option("warmup", option=TimingOption, help="Warm-up inferences.")]
 OutFlag = Annotated[Path, OutputOption("--out", "-o", help="Results folder.")]
 DpCacheFlag = Annotated[
     str | None,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from vlabench.cli.options import Bounds, number_option, run_option
 from vlabench.cli.views.console import stdout, warn_skipped
 
 
@@ -14,7 +15,9 @@ def build(
     paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Site folder (replaced atomically).")] = Path("site"),
     priority: Annotated[str, typer.Option(help="Initial CET priority: cost, energy or time.")] = "cost",
-    control_hz: Annotated[float, typer.Option(help="Initial control-rate target, Hz (the page can change it).")] = 10.0,
+    control_hz: Annotated[
+        float, run_option("control_hz", help="Initial control-rate target, Hz (the page can change it).")
+    ] = 10.0,
 ) -> None:
     """Build the leaderboard (static files with relative links, no CDN) from results folders."""
     from vlabench.leaderboard_site.build import build_site
@@ -30,7 +33,9 @@ def build(
 
 def serve(
     site: Annotated[Path, typer.Argument(help="A folder written by `vlabench site build`.")],
-    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1.")] = 8000,
+    port: Annotated[
+        int, number_option(Bounds(0, 65_535, integer=True), help="TCP port on 127.0.0.1 (0: any free port).")
+    ] = 8000,
 ) -> None:
     """Preview a built site on http://127.0.0.1:PORT (Ctrl-C stops it)."""
     from vlabench.leaderboard_site.serve import make_server

@@ -11,9 +11,10 @@ from torch import Tensor
 
 from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.analysis.roofline import analyze, ceilings_for
+from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, UnavailableError
+from vlabench.errors import InputError, UnavailableError, VlabenchError
 from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
 from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
@@ -36,11 +37,8 @@ from vlabench.models.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, Mod
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
 from vlabench.results.assemble import assemble_result, energy_result
-from vlabench.results.schema import (
-    EnergyResult,
-    Optimization,
-    RunResult,
-)
+from vlabench.results.schema import EnergyResult, Optimization, RunResult, write_result
+from vlabench.telemetry.energy.external import read_power_log
 from vlabench.telemetry.energy.select import MeterChoice, choose_meter
 from vlabench.telemetry.system_state import sample_system_state
 from vlabench.vocab import Precision
@@ -91,12 +89,11 @@ def plan_run(config: RunConfig) -> RunPlan:
     if precision not in backend.precisions(device.torch_device):
         supported = ", ".join(backend.precisions(device.torch_device))
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
-    footprint = estimate_footprint(spec, workload, precision)
+    footprint = estimate_footprint(spec, workload, precision, backend.name, config.max_iterations)
     check_fits(spec, footprint, device.torch_device, precision)
     if needs_reference(backend.is_reference, precision):
-        check_fits(
-            spec, estimate_footprint(spec, workload, "fp32"), device.torch_device, "fp32 (correctness reference)"
-        )
+        reference = estimate_footprint(spec, workload, "fp32", "torch", config.max_iterations)
+        check_fits(spec, reference, device.torch_device, "fp32 (correctness reference)")
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
@@ -167,6 +164,9 @@ def check_workload(spec: ModelSpec, workload: Workload) -> None:
         raise InputError(
             f"{spec.name}'s U-Net condition is built for {spec.cameras} camera(s): --cameras cannot change"
         )
+    positions = getattr(getattr(spec, "dit", None), "max_positions", None)  # GR00T's DiT embeds each action
+    if positions is not None and workload.chunk > positions:
+        raise InputError(f"{spec.name}'s DiT has {positions} action positions: --chunk must be at most {positions}")
     if workload.sampler == "single_pass" and workload.steps != 1:
         raise InputError(f"{spec.name} predicts its chunk in one pass: --steps must be 1")
     if isinstance(spec, OpenVLASpec) and not spec.parallel:
@@ -211,8 +211,21 @@ def backend_names(requested: str) -> list[str]:
     return list(dict.fromkeys(name.strip() for name in requested.split(",") if name.strip()))
 
 
+def check_paths(config: RunConfig) -> None:
+    """Before any work: the results folder must take a file (a probe file is created and removed; the temporary
+    files killed writers left there are removed) and an external meter's log must be readable."""
+    problem = writable_folder_problem(config.out)
+    if problem:
+        raise InputError(f"--out {config.out}: cannot write a result there: {problem}")
+    remove_stale(config.out)
+    if config.energy_log is not None:
+        read_power_log(config.energy_log)
+
+
 def plan_runs(config: RunConfig) -> tuple[list[RunPlan], list[str]]:
-    """One plan per requested backend. With ``all``, backends unavailable here are skipped and reported."""
+    """One plan per requested backend. With ``all``, backends unavailable here are skipped and reported. The output
+    folder and the energy log are checked first."""
+    check_paths(config)
     names = backend_names(config.backend)
     plans, skipped = [], []
     for name in names:
@@ -234,6 +247,26 @@ def check_fit_together(plans: list[RunPlan]) -> None:
     first = plans[0]
     combined = first.footprint.model_copy(update={"total_bytes": sum(p.footprint.total_bytes for p in plans)})
     check_fits(first.spec, combined, first.device.torch_device, first.precision)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Where a result went: ``problem`` None: into the results folder; else why not, and ``path`` the fallback file
+    it went to (None: that failed too, ``text`` must be shown)."""
+
+    path: Path | None
+    problem: str | None = None
+    text: str = ""
+
+
+def save_result(result: RunResult, out: Path) -> Saved:
+    """Write a result into ``out``; when that fails (a full disk, a quota, an I/O error), into
+    ``$TMPDIR/vlabench-unsaved-<run id>.json``: a measurement is never lost."""
+    try:
+        return Saved(write_result(result, out))
+    except VlabenchError as exc:
+        text = result.model_dump_json(indent=2)
+        return Saved(rescue_text(text, f"{result.run_id}.json"), str(exc), text)
 
 
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,13 +22,16 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
-from vlabench.atomic import atomic_write_text
+from vlabench.atomic import WriteError, atomic_write_text, owned_prefix, remove_stale, rescue_text
 from vlabench.config import RunConfig
 from vlabench.errors import VlabenchError
 from vlabench.fleet.sweep_file import SweepRun
 from vlabench.results.header import ArtifactHeader
 
 JOURNAL_DIR = ".sweep"
+SCRATCH_DIR = "tmp"
+"""``<out>/.sweep/tmp/``: each run's config, stderr and results folder while it runs (emptied when a sweep opens)."""
+CHILD_PREFIX = "vlabench-sweep-"
 MARKER_SUFFIX = ".sweep.json"
 STAGED_SUFFIX = ".staged"
 EXIT_INVALID = 5
@@ -127,12 +131,19 @@ def _failure_reason(code: int, stderr: str) -> str:
     return f"exit code {code}: {detail}"
 
 
-def run_child(config: RunConfig, timeout_s: float | None, command: Sequence[str] | None = None) -> ChildOutcome:
+def run_child(
+    config: RunConfig, timeout_s: float | None, command: Sequence[str] | None = None, scratch: Path | None = None
+) -> ChildOutcome:
     """Run one benchmark as ``python3 -m vlabench run --config <per-run yaml>`` in its own process group; a crash,
-    a non-zero exit or the timeout (the whole group is killed) becomes a failed outcome with its reason."""
+    a non-zero exit or the timeout (the whole group is killed) becomes a failed outcome with its reason. Its work
+    folder is made in ``scratch`` (default: the system's temporary folder, where those of killed processes are
+    removed first)."""
     started = time.monotonic()
     started_utc = datetime.now(timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="vlabench-sweep-") as temporary:
+    if scratch is None:
+        scratch = Path(tempfile.gettempdir())
+        remove_stale(scratch, CHILD_PREFIX)
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(CHILD_PREFIX), dir=scratch) as temporary:
         work = Path(temporary)
         settings = config.model_copy(update={"out": work / "out"}).model_dump(mode="json")
         (work / "run.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
@@ -180,6 +191,7 @@ class SweepStore:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.journal = out / JOURNAL_DIR
+        self.scratch = self.journal / SCRATCH_DIR
         self._lock: int | None = None
 
     def __enter__(self) -> SweepStore:
@@ -207,15 +219,20 @@ class SweepStore:
         return self.journal / f"{key}{STAGED_SUFFIX}"
 
     def _recover(self) -> None:
-        """Finish interrupted promotions, then drop staged and temporary files left by a killed sweep."""
+        """Finish interrupted promotions, then drop staged and temporary files left by a killed sweep: the work
+        folders of its runs, and the temporary files of atomic writes (in the results folder: those whose writer
+        is gone; a ``vlabench run`` may be writing there)."""
         for staged in self.journal.glob(f"*{STAGED_SUFFIX}"):
             record = self.record(staged.name.removesuffix(STAGED_SUFFIX))
-            if record and record.result and record.status in ("ok", "invalid"):
+            if record and record.result and record.status in ("ok", "invalid") and record.result == _name(staged):
                 os.replace(staged, self.out / record.result)
-            else:
+            else:  # no marker yet, or the marker of an earlier run of the key (whose result was deleted)
                 staged.unlink()
         for partial in self.journal.glob(".partial-*"):
             partial.unlink()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch.mkdir(exist_ok=True)
+        remove_stale(self.out)
 
     def record(self, key: str) -> RunRecord | None:
         path = self.marker_path(key)
@@ -265,10 +282,27 @@ class SweepStore:
             atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
             return record
         record = RunRecord(**fields, result=result.file_name(), e2e_p50_ms=result.timing.phases["e2e"].p50)
-        staged = atomic_write_text(self.staged_path(run.key), outcome.result_text)
+        try:
+            staged = atomic_write_text(self.staged_path(run.key), outcome.result_text)
+        except WriteError as exc:  # a full disk: keep the measurement elsewhere, say where, stop the sweep
+            rescued = rescue_text(outcome.result_text, f"{result.run_id}.json")
+            if rescued is None:
+                sys.stderr.write(outcome.result_text + "\n")
+            kept = f"saved to {rescued}" if rescued else "printed above on stderr (the fallback file failed too)"
+            raise WriteError(f"{exc}; the result of {run.label} is {kept}", exc.errno) from None
         atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
         os.replace(staged, self.out / record.result)
         return record
+
+
+def _name(staged: Path) -> str | None:
+    """The file name a staged result's own contents give it (None: unreadable)."""
+    from vlabench.results.schema import RunResult
+
+    try:
+        return RunResult.model_validate_json(staged.read_text()).file_name()
+    except (OSError, ValidationError, UnicodeDecodeError):
+        return None
 
 
 Dispatch = Callable[[list[SweepRun], SweepStore, Callable[[SweepRun], None], Callable[[RunRecord], None]], None]
@@ -285,7 +319,7 @@ def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -
     ) -> None:
         for run in runs:
             started(run)
-            finished(store.finish(run, run_child(run.config, timeout_s, command)))
+            finished(store.finish(run, run_child(run.config, timeout_s, command, store.scratch)))
 
     return dispatch
 

@@ -7,11 +7,12 @@ text; the driver validates it and writes it into its own results folder."""
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from vlabench.config import RunConfig
-from vlabench.errors import UnavailableError
+from vlabench.errors import InputError, UnavailableError
 from vlabench.fleet.local_runner import ChildOutcome, Dispatch, RunRecord, SweepStore, run_child
 from vlabench.fleet.sweep_file import PLACEMENT_PREFIX, SweepRun
 
@@ -25,7 +26,31 @@ def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:
     return outcome.model_dump_json()
 
 
+CONNECT_TIMEOUT_S = 5.0
+"""How long the cluster's address may take to accept a TCP connection (``ray.init`` itself waits far longer)."""
+
+
+def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, naming the address, a Ray address that does not accept a TCP connection within ``timeout_s``:
+    ``ray.init`` would wait minutes on it. ``auto`` and ``local`` (found or started by Ray itself) are not probed."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # [IPv6]:port
+    if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+        raise InputError(f"--ray {address}: expected HOST:PORT (or ray://HOST:PORT), e.g. 10.0.0.1:6379")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise UnavailableError(
+            f"cannot reach the Ray cluster at {address} ({reason}): is its head node running (`vlabench worker "
+            "--start` there) and the port open from here?"
+        ) from None
+
+
 def _connect(address: str) -> Any:
+    probe_address(address)
     try:
         import ray
     except ImportError:
@@ -49,7 +74,9 @@ def cluster_devices(ray: Any) -> set[str]:
 
 
 def run_on_ray(address: str, timeout_s: float | None, max_retries: int) -> Dispatch:
-    """A dispatcher that submits every pending run at once and records each as it finishes."""
+    """A dispatcher that submits every pending run at once and records each as it finishes; an address that does
+    not answer is refused now, before any run."""
+    probe_address(address)
 
     def dispatch(
         runs: list[SweepRun],

@@ -6,21 +6,25 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
-from vlabench.yaml_data import describe_validation, parse_yaml
+from vlabench.yaml_data import describe_validation, parse_yaml, read_text_file
 
 OUTPUT_ONLY_FIELDS = frozenset({"out"})
 """RunConfig fields that say where a result goes, not what is measured: left out of a run's identity."""
 ORDER_FIRST = ("model", "backend", "precision")
 """Axes that vary slowest, so consecutive runs reuse exported and compiled artifacts."""
 PLACEMENT_PREFIX = "vlabench-device:"
+MAX_TIMEOUT_S = 7 * 86_400.0
+"""The longest per-run limit a sweep takes (a week): ``timeout_s`` and ``--timeout-s`` are 0 < x ≤ this."""
+MAX_RETRIES = 100
 
 
 class SweepDevice(BaseModel):
@@ -53,8 +57,16 @@ class SweepFile(BaseModel):
 
     name: str | None = Field(default=None, description="a label for the sweep")
     out: Path = Field(default=Path("results"), description="results folder (`--out` overrides it)")
-    timeout_s: float | None = Field(default=None, gt=0, description="per-run wall-clock limit (`--timeout-s`)")
-    max_retries: int = Field(default=1, ge=0, description="Ray: reruns of a run whose node or worker died")
+    timeout_s: StrictFloat | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="per-run wall-clock limit (`--timeout-s`); 0 < x ≤ 604800 s",
+    )
+    max_retries: StrictInt = Field(
+        default=1, ge=0, le=MAX_RETRIES, description="Ray: reruns of a run whose node or worker died; 0 ≤ x ≤ 100"
+    )
     fixed: dict[str, Any] = Field(default_factory=dict, description="RunConfig settings shared by every run")
     matrix: dict[str, list[Any]] = Field(default_factory=dict, description="RunConfig field -> values to sweep")
     exclude: list[dict[str, Any]] = Field(default_factory=list, description="partial settings; matching runs drop")
@@ -112,12 +124,9 @@ def run_key(config: RunConfig, placement: str | None) -> str:
 
 
 def load_sweep(path: Path) -> SweepFile:
-    """Read and validate a sweep file; any problem raises InputError naming the file and the setting."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    return parse_sweep(text, str(path))
+    """Read and validate a sweep file; any problem (a FIFO, a directory, a binary, a duplicate key, an invalid
+    setting) raises InputError naming the file and the setting."""
+    return parse_sweep(read_text_file(path, "sweep file"), str(path))
 
 
 def parse_sweep(text: str, origin: str) -> SweepFile:
@@ -144,7 +153,7 @@ def _validated_setting(origin: str, where: str, key: str, value: Any) -> Any:
         _validated_setting(origin, where, key, entry.name)
         return entry
     try:
-        return getattr(RunConfig.model_validate({key: value}), key)
+        return RunConfig.check_field(key, value)
     except ValidationError as exc:
         raise InputError(f"{origin}: invalid {where} value {value!r}: {describe_validation(exc)}") from None
 
@@ -155,8 +164,25 @@ def axis_order(matrix: dict[str, list[Any]]) -> list[str]:
     return first + [name for name in matrix if name not in first]
 
 
+MAX_RUNS = 10_000
+"""The most runs a sweep's matrix may expand to (before exclusions): checked before expanding, so a matrix of
+billions is refused at once, also with ``--dry-run``."""
+
+
+def check_matrix_size(sweep: SweepFile, origin: str) -> None:
+    sizes = {name: len(values) for name, values in sweep.matrix.items()}
+    count = math.prod(sizes.values())
+    if count > MAX_RUNS:
+        axes = " × ".join(f"{size} {name}" for name, size in sizes.items())
+        raise InputError(
+            f"{origin}: the matrix expands to {count:,} runs ({axes}); a sweep takes at most {MAX_RUNS:,}: split it "
+            "into several sweep files, or narrow the axes"
+        )
+
+
 def expand(sweep: SweepFile, origin: str = "sweep") -> list[SweepRun]:
-    """Every run of the matrix, in execution order, minus exclusions and duplicates."""
+    """Every run of the matrix, in execution order, minus exclusions and duplicates (at most MAX_RUNS)."""
+    check_matrix_size(sweep, origin)
     names = axis_order(sweep.matrix)
     values = [[_validated_setting(origin, f"matrix.{n}", n, v) for v in sweep.matrix[n]] for n in names]
     fixed_device = sweep.fixed.get("device")
@@ -207,6 +233,6 @@ def _excluded(config: RunConfig, placement: str | None, rule: dict[str, Any]) ->
             if (config.device, placement) != (entry.name, entry.placement):
                 return False
             continue
-        if getattr(config, key) != getattr(RunConfig.model_validate({key: value}), key):
+        if getattr(config, key) != RunConfig.check_field(key, value):
             return False
     return True

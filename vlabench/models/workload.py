@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from vlabench.errors import InputError
 from vlabench.models.replicas import Observation
 from vlabench.models.spec_base import ActionLoopKind
 from vlabench.models.specs import ModelSpec
@@ -49,6 +50,11 @@ class Workload(BaseModel):
         action = spec.action
         cameras = cameras or spec.cameras
         chunk = chunk or action.chunk
+        if actions_per_chunk is not None and actions_per_chunk > chunk:
+            raise InputError(
+                f"--actions-per-chunk {actions_per_chunk} is more than the chunk length {chunk} "
+                f"({spec.name}'s chunk unless --chunk sets it): a chunk holds only {chunk} actions"
+            )
         actions_per_chunk = actions_per_chunk or min(action.actions_per_chunk, chunk)
         height, width = spec.image_shape
         return cls(

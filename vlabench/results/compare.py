@@ -9,6 +9,8 @@ keeps the candidate's reason."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
@@ -16,11 +18,19 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from vlabench.errors import InputError
+from vlabench.config import SEED_LIMIT
+from vlabench.errors import InputError, unknown_name
 from vlabench.results.aggregate import load_results
 from vlabench.results.schema import RunResult
+from vlabench.vocab import Phase
 
 Verdict = Literal["regression", "improvement", "unchanged", "too few samples", "not comparable", "no data"]
+
+
+MAX_THRESHOLD = 10.0
+"""Relative thresholds are 0 < x ≤ 10 (a 1000 % change): beyond that nothing could ever be flagged."""
+MAX_RESAMPLES = 20_000
+"""Bootstrap resamples are 100 ≤ x ≤ 20000 (memory grows with resamples × samples per run)."""
 
 
 class Settings(BaseModel):
@@ -135,6 +145,9 @@ def energy_change(baseline: RunResult, candidate: RunResult, settings: Settings)
     if (base.label, base.method) != (cand.label, cand.method):
         note = f"{base.label} {base.method} vs {cand.label} {cand.method}"
         return Energy(**values, relative_change=None, verdict="not comparable", note=note)
+    if base.joules_per_action <= 0:  # the reader lets 0 J through (non-negative); a relative change of it is none
+        note = f"baseline {base.joules_per_action:g} J per action: no relative change"
+        return Energy(**values, relative_change=None, verdict="not comparable", note=note)
     change = (cand.joules_per_action - base.joules_per_action) / base.joules_per_action
     verdict: Verdict = "unchanged"
     if change > settings.energy_threshold:
@@ -162,15 +175,25 @@ def _latest_by_identity(folder: Path) -> tuple[dict[str, tuple[Path, RunResult]]
     return latest, skipped
 
 
+def check_settings(settings: Settings) -> None:
+    """Refuse settings that would skip or falsify the check: a NaN threshold never flags, an unknown phase compares
+    nothing (and would exit 0), an absurd resample count exhausts memory. Each problem names its flag."""
+    for name, value in (("threshold", settings.threshold), ("energy-threshold", settings.energy_threshold)):
+        if not (math.isfinite(value) and 0 < value <= MAX_THRESHOLD):
+            raise InputError(f"--{name} must be a finite number with 0 < x ≤ {MAX_THRESHOLD:g}, not {value}")
+    if not (math.isfinite(settings.confidence) and 0 < settings.confidence < 1):
+        raise InputError(f"--confidence must be between 0 and 1 (exclusive), not {settings.confidence}")
+    if not 100 <= settings.resamples <= MAX_RESAMPLES:
+        raise InputError(f"--resamples must be within 100 ≤ x ≤ {MAX_RESAMPLES}, not {settings.resamples}")
+    if not 0 <= settings.seed < SEED_LIMIT:
+        raise InputError(f"--seed must be within 0 ≤ x < 2**63, not {settings.seed}")
+    if settings.phase not in Phase.RECORDED and not re.fullmatch(r"denoise_step\[\d+\]", settings.phase):
+        raise unknown_name("phase", settings.phase, Phase.RECORDED)
+
+
 def compare_folders(baseline: Path, candidate: Path, settings: Settings) -> Report:
     """Every run of the candidate folder against the baseline run of the same config identity (the latest one)."""
-    for name, value in (("threshold", settings.threshold), ("energy-threshold", settings.energy_threshold)):
-        if value < 0:
-            raise InputError(f"--{name} must be ≥ 0, not {value}")
-    if not 0 < settings.confidence < 1:
-        raise InputError(f"--confidence must be between 0 and 1 (exclusive), not {settings.confidence}")
-    if settings.resamples < 100:
-        raise InputError(f"--resamples must be ≥ 100, not {settings.resamples}")
+    check_settings(settings)
     base_runs, base_skipped = _latest_by_identity(baseline)
     cand_runs, cand_skipped = _latest_by_identity(candidate)
     matches = []

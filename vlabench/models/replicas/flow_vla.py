@@ -310,4 +310,4 @@ class FlowMatchingVLA(nn.Module):
                 joint = (fused.joint_keys[index], fused.joint_values[index])
             h = layer(h, cache.keys[index], cache.values[index], inputs, fused.cross.get(index), joint)
         h = self.expert.norm(h, cond)[0] if cond is not None else self.expert.norm(h)
-        return self.action_out_proj(h[:, -self.spec.action.chunk :])
+        return self.action_out_proj(h[:, -x_t.shape[1] :])  # the workload's chunk, not the spec's default

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 from vlabench.errors import InputError, UnavailableError
 from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading, integrate_power
+from vlabench.yaml_data import read_text_file
 
 TIME_COLUMNS = ("timestamp", "time", "unix_time", "ts")
 POWER_COLUMNS = ("power_w", "watts", "w", "power")
@@ -27,7 +29,10 @@ def parse_timestamp(text: str) -> float:
     except ValueError:
         pass
     value = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    return datetime.fromisoformat(value).timestamp()
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except (OverflowError, OSError) as error:  # a date the platform's clock cannot represent
+        raise ValueError(f"timestamp {text!r} is out of range ({error})") from None
 
 
 def _is_timestamp(text: str) -> bool:
@@ -47,33 +52,63 @@ def _columns(header: list[str], path: Path) -> tuple[int, int]:
     return time_index, power_index
 
 
-def read_power_log(path: str | Path) -> list[tuple[float, float]]:
-    """(UNIX time, watts) rows of a CSV power log, sorted; the header is optional (without one: timestamp, watts).
+MAX_WATTS = 1e6
+"""The largest power a log row may state (1 MW): more is a unit or parsing error, not a measurement."""
 
-    An unterminated last line that does not parse is taken as a row the logger is still writing and skipped.
+
+def read_power_log(path: str | Path) -> list[tuple[float, float]]:
+    """(UNIX time, watts) rows of a CSV power log, in file order; the header is optional (without one: timestamp,
+    watts). Timestamps must be finite and strictly increasing, watts finite and within 0..MAX_WATTS: anything else
+    is an InputError naming the file and line, never a silently wrong integral.
+
+    An unterminated last line that does not parse is taken as a row the logger is still writing and skipped. A path
+    that is not a regular UTF-8 text file (a FIFO, a directory, a device, a binary) is an InputError.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UnavailableError(f"cannot read the power log {path} ({error.strerror})") from error
+    if not os.path.lexists(path):
+        raise UnavailableError(
+            f"cannot read the power log {path} (No such file or directory); start the meter's logger before the run"
+        )
+    text = read_text_file(path, "power log")
     lines = text.splitlines()
-    rows = [(n, row) for n, row in enumerate(csv.reader(lines), 1) if row and not row[0].startswith("#")]
+    try:
+        rows = [(n, row) for n, row in enumerate(csv.reader(lines), 1) if row and not row[0].startswith("#")]
+    except csv.Error as error:
+        raise InputError(f"{path}: not a CSV power log ({error})") from None
     time_index, power_index = 0, 1
     if rows and not _is_timestamp(rows[0][1][0]):
         time_index, power_index = _columns(rows.pop(0)[1], path)
-    samples = []
+    samples: list[tuple[float, float]] = []
+    lines_of: list[int] = []
     for line, row in rows:
         try:
-            t, watts = parse_timestamp(row[time_index]), float(row[power_index])
-        except (IndexError, ValueError) as error:
+            samples.append(_sample(row, time_index, power_index, samples[-1][0] if samples else None, lines_of))
+        except ValueError as error:
             if line == len(lines) and not text.endswith("\n"):
-                break
-            raise InputError(f"{path}:{line}: malformed power log row {','.join(row)!r} ({error})") from error
-        if not (math.isfinite(t) and math.isfinite(watts)):
-            raise InputError(f"{path}:{line}: non-finite value in power log row {','.join(row)!r}")
-        samples.append((t, watts))
-    return sorted(samples)
+                break  # the row the logger is still writing
+            raise InputError(f"{path}:{line}: {error} in power log row {','.join(row)!r}") from None
+        lines_of.append(line)
+    return samples
+
+
+def _sample(
+    row: list[str], time_index: int, power_index: int, previous: float | None, lines_of: list[int]
+) -> tuple[float, float]:
+    """One row's (time, watts); a ValueError says what is wrong with it."""
+    try:
+        t, watts = parse_timestamp(row[time_index]), float(row[power_index])
+    except IndexError:
+        raise ValueError(f"no column {max(time_index, power_index) + 1}") from None
+    except (ValueError, OverflowError) as error:
+        raise ValueError(f"malformed value ({error})") from None
+    if not (math.isfinite(t) and math.isfinite(watts)):
+        raise ValueError("non-finite value")
+    if not 0 <= watts <= MAX_WATTS:
+        raise ValueError(f"power {watts:g} W outside 0..{MAX_WATTS:g} W")
+    if previous is not None and t <= previous:
+        order = "repeats" if t == previous else "goes back before"
+        raise ValueError(f"timestamp {order} the one on line {lines_of[-1]} (timestamps must strictly increase)")
+    return t, watts
 
 
 class ExternalCsvMeter(EnergyMeter):
@@ -92,6 +127,11 @@ class ExternalCsvMeter(EnergyMeter):
         self.clock = clock
         self._t0: float | None = None
         self._median_spacing_s: float | None = None
+
+    def check(self) -> None:
+        """Read the log as it stands: a missing log, a FIFO, a binary file, a malformed or out-of-order row is refused
+        when the run is planned, not after its timing pass (the logger must be running before the run starts)."""
+        read_power_log(self.path)
 
     def start(self) -> None:
         self._t0 = self.clock()

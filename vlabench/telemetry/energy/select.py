@@ -82,7 +82,9 @@ def choose_meter(
     if energy_log is not None:
         if requested != "auto":
             raise InputError("--energy-log is an external meter's log; do not combine it with --energy-meter")
-        return MeterChoice(ExternalCsvMeter(energy_log), [f"external power log {energy_log}"])
+        external = ExternalCsvMeter(energy_log)
+        external.check()
+        return MeterChoice(external, [f"external power log {energy_log}"])
     if requested == "none":
         return MeterChoice(None, ["energy not measured (--energy-meter none)"])
     if requested in METERS:

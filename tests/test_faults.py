@@ -1,0 +1,390 @@
+"""Faults that must not lose work or hang: a full disk when the result is written (it goes to a fallback file, or
+to stderr, and the run says where, exit 1), an unusable --out or --energy-log (refused before any model is built),
+the debris of killed writers and killed sweeps (removed on the next start), a redo killed after staging (resume
+never files a result under another run's name), a sweep matrix of billions of runs (refused at once, also with
+--dry-run), and a Ray address that does not answer (refused with a message, not a hang)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vlabench.atomic import WriteError, atomic_write_text, remove_stale, unsaved_path
+from vlabench.cli.app import app
+from vlabench.commands.run import save_result
+from vlabench.config import RunConfig
+from vlabench.errors import InputError, UnavailableError
+from vlabench.fleet.local_runner import STAGED_SUFFIX, ChildOutcome, SweepStore, run_child
+from vlabench.fleet.ray_dispatch import probe_address
+from vlabench.fleet.sweep_file import expand, parse_sweep
+from vlabench.results.schema import RunResult, load_result
+
+ARTIFACT = (
+    Path(__file__).parent
+    / "data"
+    / "artifacts"
+    / "20261201T042521Z_smolvla-tiny_generic-x86-cpu_torch_fp32_c87a67ed.json"
+)
+FAST = [
+    "-m", "smolvla-tiny", "-d", "cpu", "--warmup", "1", "--min-iterations", "2", "--min-duration", "0",
+    "--energy-meter", "none", "--threads", "1",
+]  # fmt: skip
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def result() -> RunResult:
+    return load_result(ARTIFACT)
+
+
+def vlabench(*arguments: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vlabench", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+
+
+# ---- a full disk when the result is written ---------------------------------------------------------------------
+
+
+def full_disk_under(monkeypatch, *folders: Path) -> None:
+    """fsync of any file in ``folders`` fails as on a full disk (ENOSPC)."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if any(folder in path.parents for folder in folders):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_a_failed_write_raises_a_write_error_with_its_errno_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    full_disk_under(monkeypatch, tmp_path)
+    with pytest.raises(WriteError, match="No space left on device") as raised:
+        atomic_write_text(tmp_path / "result.json", "{}")
+    assert raised.value.errno == errno.ENOSPC and raised.value.exit_code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_result_that_cannot_be_written_goes_to_the_fallback_file(result, tmp_path, monkeypatch):
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spare))
+    full_disk_under(monkeypatch, tmp_path / "out")
+    saved = save_result(result, tmp_path / "out")
+    assert saved.problem and "No space left on device" in saved.problem
+    assert saved.path == unsaved_path(f"{result.run_id}.json") == spare / f"vlabench-unsaved-{result.run_id}.json"
+    assert load_result(saved.path) == result
+
+
+def test_when_the_fallback_fails_too_the_result_text_is_kept_for_stderr(result, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spare"))
+    full_disk_under(monkeypatch, tmp_path)
+    saved = save_result(result, tmp_path / "out")
+    assert saved.path is None and saved.problem
+    assert RunResult.model_validate_json(saved.text) == result
+
+
+def json_block(text: str) -> dict:
+    """The JSON document printed on its own lines ({ ... }) in ``text``."""
+    lines = text.splitlines()
+    start = lines.index("{")
+    end = next(i for i in range(len(lines) - 1, start, -1) if lines[i] == "}")
+    return json.loads("\n".join(lines[start : end + 1]))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs filled to 8 KiB free: the probe of --out fits, a 20 KiB result does not."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        (mount / "filler").write_bytes(b"\0" * (56 * 1024))
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_at_the_end_of_a_real_run_keeps_the_measurement(tiny_disk, tmp_path):
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    out = tiny_disk / "results"
+    first = vlabench("run", *FAST, "-o", str(out), TMPDIR=str(spare))
+    assert first.returncode == 1, first.stderr
+    saved = list(spare.glob("vlabench-unsaved-*.json"))
+    assert len(saved) == 1 and load_result(saved[0]).model.name == "smolvla-tiny"
+    message = " ".join(first.stderr.split())
+    assert "No space left on device" in message and str(saved[0]) in message and "not lost" in message
+    assert "Traceback" not in first.stderr
+    assert [p.name for p in out.iterdir()] == []  # no partial file on the full disk either
+    # The fallback on the same full disk: the JSON goes to stderr, the run still says so.
+    second = vlabench("run", *FAST, "-o", str(out), TMPDIR=str(tiny_disk))
+    assert second.returncode == 1, second.stderr
+    assert json_block(second.stderr)["model"]["name"] == "smolvla-tiny"
+    assert "stderr above" in " ".join(second.stderr.split()) and "Traceback" not in second.stderr
+
+
+def test_a_full_disk_while_a_sweep_promotes_a_result_says_where_it_went(result, tmp_path, monkeypatch):
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spare))
+    run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
+    outcome = ChildOutcome(status="ok", result_text=result.model_dump_json(), wall_s=1.0, hostname="h")
+    with SweepStore(tmp_path / "out") as store:
+        full_disk_under(monkeypatch, tmp_path / "out")
+        with pytest.raises(WriteError, match=f"saved to {spare / ('vlabench-unsaved-' + result.run_id)}"):
+            store.finish(run, outcome)
+    assert load_result(spare / f"vlabench-unsaved-{result.run_id}.json") == result
+
+
+# ---- unusable --out and --energy-log are refused before any work -----------------------------------------------
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail loudly if a run gets as far as loading the model."""
+
+    def refuse(name: str):
+        raise AssertionError(f"the model {name} was loaded before the paths were checked")
+
+    monkeypatch.setattr("vlabench.commands.run.load_model_spec", refuse)
+
+
+@pytest.mark.parametrize("where", ["file/sub", "file"])
+@pytest.mark.parametrize("backend", ["torch", "all"])
+def test_an_unwritable_out_is_refused_before_the_model_is_built(tmp_path, no_model, where, backend):
+    (tmp_path / "file").write_text("a file where the results folder should be")
+    out = tmp_path / where
+    started = time.monotonic()
+    refused = runner.invoke(app, ["run", *FAST, "-b", backend, "-o", str(out)])
+    assert refused.exit_code == 2, refused.output
+    assert f"--out {out}: cannot write a result there" in " ".join(refused.output.split())
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("command", [["run"], ["profile"], ["loop"]])
+def test_every_measuring_command_checks_out_first(tmp_path, no_model, command):
+    (tmp_path / "file").write_text("")
+    refused = runner.invoke(app, [*command, "-m", "smolvla-tiny", "-o", str(tmp_path / "file" / "sub")])
+    assert refused.exit_code == 2 and "cannot write a result there" in refused.output, refused.output
+
+
+@pytest.mark.parametrize(("log", "code"), [("missing.csv", 3), ("folder", 2)])
+def test_an_unreadable_energy_log_is_refused_before_the_model_is_built(tmp_path, no_model, log, code):
+    (tmp_path / "folder").mkdir()
+    refused = runner.invoke(app, ["run", *FAST[:-4], "-b", "all", "--energy-log", str(tmp_path / log)])
+    assert refused.exit_code == code, refused.output
+    assert log in refused.output
+
+
+# ---- debris of killed writers and killed sweeps ----------------------------------------------------------------
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from vlabench.atomic import atomic_write_text
+    def stuck(fd):
+        print("writing", flush=True)
+        time.sleep(60)
+    os.fsync = stuck
+    atomic_write_text(Path(sys.argv[1]) / "result.json", "{}")
+    """
+)
+
+
+def kill_mid_write(folder: Path) -> int:
+    """A child killed (SIGKILL) while its atomic write is in progress; its pid."""
+    process = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "writing"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    return process.pid
+
+
+def test_the_next_run_removes_partial_files_of_killed_writers_only(tmp_path):
+    out = tmp_path / "results"
+    pid = kill_mid_write(out)
+    [debris] = out.glob(".partial-*")
+    assert debris.name.startswith(f".partial-{pid}-")
+    live = out / f".partial-{os.getpid()}-writing.json"  # a writer that is still running
+    live.write_text("{")
+    ancient = out / ".partial-abcd1234.json"  # an older version's name, two hours old
+    ancient.write_text("{")
+    os.utime(ancient, (time.time() - 7200, time.time() - 7200))
+    # The run fails after its early checks (no power log): what matters is what it removed on the way.
+    refused = vlabench("run", "-m", "smolvla-tiny", "-o", str(out), "--energy-log", str(tmp_path / "none.csv"))
+    assert refused.returncode == 3, refused.stderr
+    assert sorted(p.name for p in out.iterdir()) == [live.name]
+
+
+def test_a_sweep_removes_partial_files_of_killed_writers_in_its_results_folder(tmp_path):
+    kill_mid_write(tmp_path)
+    with SweepStore(tmp_path):
+        pass
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+KILLED_SWEEP = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import yaml
+    from vlabench.fleet.local_runner import execute_sweep, run_locally
+    from vlabench.fleet.sweep_file import expand, parse_sweep
+    runs = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    execute_sweep(runs, Path(sys.argv[1]), run_locally(None, hang))
+    """
+)
+
+
+def test_a_killed_sweeps_work_folders_stay_in_its_journal_and_go_at_the_next_start(tmp_path):
+    out, system_tmp = tmp_path / "results", tmp_path / "tmp"
+    system_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(system_tmp)}
+    sweep = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(out)], env=env)
+    scratch = out / ".sweep" / "tmp"
+    deadline = time.monotonic() + 120
+    while not (scratch.is_dir() and any(scratch.glob("*/run.yaml"))):
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.2)
+    os.kill(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    assert list(system_tmp.iterdir()) == []  # nothing of the sweep outside its results folder
+    assert len(list(scratch.iterdir())) == 1
+    with SweepStore(out):
+        assert list(scratch.iterdir()) == []
+
+
+def test_a_work_folder_of_a_killed_remote_run_is_removed_from_the_system_temp(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"vlabench-sweep-{int(gone.stdout)}-abcdefgh"
+    stale.mkdir()
+    (stale / "run.yaml").write_text("{}")
+    mine = tmp_path / f"vlabench-sweep-{os.getpid()}-running"
+    mine.mkdir()
+    outcome = run_child(RunConfig(), 30, [sys.executable, "-c", "pass"])
+    assert outcome.status == "failed"  # no result file: what matters is the cleanup
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+
+
+def test_remove_stale_skips_names_without_a_writer_and_young_files(tmp_path):
+    (tmp_path / ".partial-12345678").write_text("")  # mkstemp letters only: no pid to read
+    (tmp_path / "result.json").write_text("{}")
+    assert remove_stale(tmp_path) == []
+
+
+# ---- a redo killed after staging -------------------------------------------------------------------------------
+
+KILLED_AFTER_STAGING = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    import yaml
+    import vlabench.fleet.local_runner as runner
+    from vlabench.fleet.sweep_file import expand, parse_sweep
+    out, text = Path(sys.argv[1]), Path(sys.argv[2]).read_text()
+    run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
+    write = runner.atomic_write_text
+    def crash_after_staging(target, data):
+        written = write(target, data)
+        if target.name.endswith(runner.STAGED_SUFFIX):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return written
+    runner.atomic_write_text = crash_after_staging
+    with runner.SweepStore(out) as store:
+        store.finish(run, runner.ChildOutcome(status="ok", result_text=text, wall_s=1.0, hostname="h"))
+    """
+)
+
+
+def test_a_redo_killed_after_staging_is_never_filed_under_the_deleted_results_name(result, tmp_path):
+    out = tmp_path / "results"
+    run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
+    with SweepStore(out) as store:
+        first = store.finish(
+            run, ChildOutcome(status="ok", result_text=result.model_dump_json(), wall_s=1, hostname="h")
+        )
+    (out / first.result).unlink()  # the user deletes the result: the next sweep redoes the run
+    redo = result.model_copy(update={"run_id": "f" * 32})
+    assert redo.file_name() != first.result
+    (tmp_path / "redo.json").write_text(redo.model_dump_json())
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_STAGING, str(out), str(tmp_path / "redo.json")], timeout=120
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert list((out / ".sweep").glob(f"*{STAGED_SUFFIX}"))
+    with SweepStore(out) as store:  # resume
+        assert store.completed(run.key) is None  # the redo's marker never landed: the run is redone
+    assert not list((out / ".sweep").glob(f"*{STAGED_SUFFIX}"))
+    for path in out.glob("*.json"):
+        assert load_result(path).file_name() == path.name, f"{path.name} holds another run"
+
+
+# ---- a sweep matrix of billions and an unreachable Ray address --------------------------------------------------
+
+
+def test_a_matrix_of_billions_of_runs_is_refused_at_once_also_with_dry_run(tmp_path):
+    matrix = {
+        "seed": list(range(99)),
+        "warmup": list(range(99)),
+        "min_iterations": list(range(1, 100)),
+        "control_hz": list(range(1, 100)),
+        "energy_window_s": list(range(1, 100)),
+    }
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"matrix": matrix}))
+    started = time.monotonic()
+    dry = vlabench("sweep", str(sweep), "--out", str(tmp_path / "out"), "--dry-run", timeout=60)
+    assert dry.returncode == 2, dry.stderr
+    message = " ".join(dry.stderr.split())
+    assert "9,509,900,499 runs" in message and "at most 10,000" in message
+    assert time.monotonic() - started < 30
+    with pytest.raises(InputError, match="expands to 10,100 runs"):
+        expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": list(range(101)), "warmup": list(range(100))}}), "s"))
+    assert len(expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": list(range(100))}}), "s"))) == 100
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_ray_address_is_refused_with_a_message_not_a_hang(tmp_path):
+    address = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    with pytest.raises(UnavailableError, match=f"cannot reach the Ray cluster at {address}"):
+        probe_address(address)
+    assert time.monotonic() - started < 10
+    with pytest.raises(InputError, match="expected HOST:PORT"):
+        probe_address("no-port-here")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"fixed": {"model": "smolvla-tiny"}, "matrix": {"seed": [1]}}))
+    refused = vlabench("sweep", str(sweep), "--out", str(tmp_path / "out"), "--ray", address, timeout=60)
+    assert refused.returncode == 3, refused.stderr
+    assert f"cannot reach the Ray cluster at {address}" in " ".join(refused.stderr.split())
