@@ -1,0 +1,685 @@
+"""Render the generated blocks of README.md and docs/*.md from the committed artifacts in benchmarks/results/.
+
+    python3 benchmarks/render_docs.py            # rewrite the blocks in place
+    python3 benchmarks/render_docs.py --check    # exit 1 and print a diff when a file differs from a fresh render
+
+A generated block is the text between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``;
+``BLOCKS`` maps each NAME to the artifacts it reads and the function that renders it. Every artifact has a
+provenance sidecar ``<stem>.meta.json`` written by ``benchmarks/capture.py`` (command, date, git revision, CPU
+model and flags, load average, wall time), and every block ends with a line saying so. Numbers in the
+documentation come from here, never typed by hand: ``tests/test_docs_render.py`` re-renders and compares.
+
+Standard library only, so the check is fast and runs anywhere the tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = "benchmarks/results"
+BLOCK = re.compile(
+    r"(?P<begin><!-- BEGIN generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<end><!-- END generated: (?P=name) -->)",
+    re.S,
+)
+MARKER = re.compile(r"<!-- (BEGIN|END) generated: ([\w-]+) -->")
+
+
+def documents(root: Path) -> list[Path]:
+    """The files that may hold generated blocks."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def meta_path(artifact: Path) -> Path:
+    stem = artifact.name[: -len(".json")] if artifact.name.endswith(".json") else artifact.name
+    return artifact.with_name(stem + ".meta.json")
+
+
+def load(root: Path, relative: str) -> tuple[dict, dict]:
+    """An artifact and its provenance sidecar."""
+    path = root / relative
+    return json.loads(path.read_text()), json.loads(meta_path(path).read_text())
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def signed_pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.0f}%"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def params(count: int | None) -> str:
+    if count is None:
+        return "—"
+    return f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.1f} M"
+
+
+def table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def provenance(meta: dict, what: str = "Produced by") -> str:
+    """One line: command, date, revision, CPU, load average, wall time."""
+    cpu = meta["cpu"]
+    flags = ", ".join(cpu["flags"]) or "none of the flags vlabench looks for"
+    load = f"{meta['load_average_before'][0]:.2f} at start, {meta['load_average_after'][0]:.2f} at end"
+    dirty = " with uncommitted changes" if meta.get("git_dirty") else ""
+    line = (
+        f"*{what} `{meta['command']}` on {meta['started_utc'][:10]} (vlabench `{meta['git_revision']}`{dirty}; "
+        f"{cpu['model']}, {cpu['logical_cores']} logical cores, flags {flags}; 1-minute load average {load}; "
+        f"wall time {meta['wall_s']:.0f} s)."
+    )
+    if meta.get("note"):
+        line += f" {meta['note'][0].upper()}{meta['note'][1:]}."
+    return line + "*"
+
+
+# ---------------------------------------------------------------- renderers
+
+PHASE_LABELS = {
+    "vision": "vision encoder",
+    "prefill": "VLM prefill",
+    "prefix": "prefix (vision + prefill)",
+    "denoise_step": "denoise step (each)",
+    "action": "action expert (all steps)",
+    "e2e": "end-to-end",
+    "e2e_unsynced": "end-to-end, no inner sync",
+}
+
+
+def render_quickstart(root: Path) -> str:
+    result, meta = load(root, f"{RESULTS}/quickstart/smolvla-cpu.json")
+    phases = result["timing"]["phases"]
+    rows = [
+        [label, ms(s["p50"]), ms(s["p90"]), ms(s["p99"]), ms(s["mean"]), pct(s["cov"])]
+        for name, label in PHASE_LABELS.items()
+        if (s := phases.get(name))
+    ]
+    control, energy, cost = result["control"], result["energy"], result["cost"]
+    verdict = "MEETS" if control["meets_target"] else "MISSES"
+    state = result["system_state"]
+    timing = result["timing"]
+    lines = [
+        f"`{result['model']['name']}` · `{result['device']['profile']}` · `{result['backend']}` · "
+        f"`{result['precision']}` · {timing['iterations']} timed inferences over {timing['timed_duration_s']:.0f} s "
+        f"after {timing['warmup_iterations']} warm-up (first inference {ms(timing['first_inference_ms'])} ms)",
+        "",
+        table(["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "CoV"], rows),
+        "",
+        f"- **control**: {control['inference_hz_p50']:.2f} inferences/s (p50); "
+        f"{control['action_hz_p50']:.1f} actions/s (p50), {control['action_hz_p99']:.1f} (p99) at "
+        f"{control['actions_per_chunk']} actions per chunk → **{verdict}** the {control['control_hz']:g} Hz target "
+        f"(judged on p99)",
+    ]
+    if energy:
+        lines.append(
+            f"- **energy** ({energy['label']}, `{energy['method']}`, scope {energy['scope']}): idle "
+            f"{energy['idle_w']:.1f} W, {energy['average_w']:.1f} W over {energy['window_s']:.1f} s → "
+            f"{energy['joules_per_inference']:.1f} J per inference, {energy['joules_per_action']:.3f} J per action"
+        )
+    if cost:
+        basis = (
+            "electricity only: the generic CPU profile has no purchase price"
+            if cost["basis"] == ("electricity-only")
+            else cost["basis"]
+        )
+        lines.append(
+            f"- **cost** ({basis}): ${cost['usd_per_million_actions']:.4f} per 1M actions, "
+            f"${cost['usd_per_robot_hour']:.5f} per robot-hour"
+        )
+    lines.append(
+        f"- **memory**: {result['memory']['estimated_total_bytes'] / 2**30:.2f} GiB estimated before the run, "
+        f"peak RSS {result['memory']['peak_rss_bytes'] / 2**30:.2f} GiB"
+    )
+    lines.append(
+        f"- **machine state** (recorded in the result): background CPU load {state['background_cpu_percent']:.0f}%, "
+        f"1-minute load average {state['load_average_1m']:.2f} before the run; "
+        f"{sum('coefficient of variation' in w for w in result['warnings'])} phases flagged noisy (CoV above the "
+        "warning threshold)"
+    )
+    lines += ["", provenance(meta, "Rendered from the result of")]
+    return "\n".join(lines)
+
+
+def render_models(root: Path) -> str:
+    models, meta = load(root, f"{RESULTS}/models.json")
+    full = [m for m in models if m["reference_params"] is not None]
+    rows = [
+        [
+            f"`{m['name']}`",
+            params(m["params"]),
+            params(m["reference_params"]),
+            f"{m['params_delta_pct']:+.1f}%",
+            f"{m['prefix_tokens']}",
+            f"{m['steps']}",
+            f"{m['chunk']}",
+        ]
+        for m in full
+    ]
+    lines = [table(["model", "replica params", "published", "Δ", "prefix tokens", "steps", "chunk"], rows)]
+    groot = next((m for m in full if m["name"] == "gr00t-n1.5"), None)
+    if groot:
+        others = max(abs(m["params_delta_pct"]) for m in full if m is not groot)
+        lines += [
+            "",
+            f"Every other replica is within {others:.1f}% of its published count. GR00T N1.5 holds "
+            f"{params(groot['params'])} against the published {params(groot['reference_params'])} "
+            f"({groot['params_delta_pct']:+.1f}%): NVIDIA's \"3B\" is the checkpoint's "
+            "size class, and N1.5 runs only the first 12 of Qwen3-1.7B's 28 layers (`select_layer`), so the replica "
+            "builds exactly what runs and not the discarded layers (`reference.source` in "
+            "`profiles/models/gr00t-n1.5.yaml`).",
+        ]
+    lines += ["", provenance(meta)]
+    return "\n".join(lines)
+
+
+def render_hardware(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/hardware-projection.json")
+    rows = []
+    for row in doc["rows"]:
+        floor, eager = row["floor"], row["eager"] or row["floor"]
+        f = eager["feasibility"]
+        fits = "—" if f["fits_memory"] is None else ("yes" if f["fits_memory"] else "**no**")
+        rows.append(
+            [
+                f"`{row['model']}`",
+                f"`{row['device']}`",
+                floor["precision"],
+                ms(floor["feasibility"]["e2e_ms"]),
+                pct(row["eager_efficiency"], 1),
+                ms(f["e2e_ms"]),
+                f"{1000 / f['e2e_ms']:.1f}",
+                f"{f['action_hz']:.0f}",
+                f"{f['footprint_gb']:.1f} / {f['memory_gb']:g}",
+                fits,
+                "meets" if f["meets_control_rate"] else "**misses**",
+            ]
+        )
+    header = [
+        "model",
+        "device",
+        "precision",
+        "floor e2e ms",
+        "eager efficiency",
+        "projected e2e ms",
+        "inferences/s",
+        "actions/s",
+        "GB needed / on device",
+        "fits",
+        f"{doc['control_hz']:g} Hz",
+    ]
+    lines = [
+        "All figures **projected** (roofline, not measured). *floor*: efficiency 1, the fastest the datasheet "
+        "allows. *projected*: the floor ÷ the median share of the roofline that published eager-PyTorch latencies "
+        "of the same model reached (`profiles/reported/latencies.yaml`). Actions/s assume the model's 50 actions "
+        "executed per chunk.",
+        "",
+        table(header, rows, "lllrrrrrrll"),
+        "",
+        provenance(meta),
+    ]
+    return "\n".join(lines)
+
+
+def render_projection_error(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/projection-error.json")
+    rows = []
+    for s in doc["scores"]:
+        e = s["entry"]
+        calibrated = (
+            "—"
+            if s["calibrated_ms"] is None
+            else f"{ms(s['calibrated_ms'])} ({signed_pct(s['calibrated_error'])}, n={s['calibration_entries']})"
+        )
+        rows.append(
+            [
+                e["model"],
+                e["device"],
+                e["stack"],
+                f"{e['precision']}, {e['cameras']}, {e['steps']}",
+                s["phase"],
+                f"{s['reported_ms']:g}",
+                f"{ms(s['floor_ms'])} ({signed_pct(s['floor_error'])})",
+                pct(s["efficiency"], 1),
+                calibrated,
+            ]
+        )
+    header = [
+        "model",
+        "device",
+        "stack",
+        "precision, cams, steps",
+        "phase",
+        "reported ms",
+        "floor ms (error)",
+        "efficiency",
+        "calibrated ms (error, n)",
+    ]
+    lines = [
+        table(header, rows, "llllrrrrr"),
+        "",
+        f"End-to-end entries: {doc['e2e_entries']}; median |error| of the floor: "
+        f"{pct(doc['median_abs_floor_error'])}; median |error| calibrated (leave-one-out): "
+        f"{pct(doc['median_abs_calibrated_error'])} over {doc['calibrated_entries']}.",
+    ]
+    host = doc.get("host")
+    if host:
+        c = host["ceiling"]
+        lines += [
+            "",
+            f"Measured here (`{host['model']}`, {host['backend']} {host['precision']}, {host['iterations']} timed "
+            f"inferences, on the ceilings measured in the same run: {c['peak_tflops'] * 1e3:.1f} GFLOP/s GEMM, "
+            f"{c['bandwidth_gbs']:.1f} GB/s):",
+            "",
+            table(
+                ["phase", "measured p50 ms", "floor ms", "share of the roofline"],
+                [
+                    [p["phase"], ms(p["measured_ms"]), ms(p["floor_ms"]), pct(p["share_of_roofline"], 1)]
+                    for p in host["phases"]
+                ],
+            ),
+        ]
+    lines += ["", provenance(meta)]
+    return "\n".join(lines)
+
+
+def render_profile(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/profile/smolvla-cpu.profile.json")
+    rows = []
+    for p in doc["summary"]:
+        cpu = p["counters"].get("cpu utilization")
+        util = "—" if cpu is None else f"{cpu['mean']:.0f} / {cpu['peak']:.0f} {cpu['unit']}"
+        rows.append(
+            [
+                p["phase"],
+                str(p["spans"]),
+                ms(p["mean_ms"]),
+                pct(p["share_of_e2e"]),
+                util,
+                "—" if p["intensity"] is None else f"{p['intensity']:.1f}",
+                p["bound"] or "—",
+                "—" if p["achieved_tflops"] is None else f"{p['achieved_tflops'] * 1e3:.1f}",
+                pct(p["share_of_attainable"]),
+            ]
+        )
+    header = [
+        "phase",
+        "spans",
+        "mean ms",
+        "share of e2e",
+        "CPU util mean / peak",
+        "FLOP/B",
+        "bound",
+        "achieved GFLOP/s",
+        "% of roofline",
+    ]
+    ceilings = {c["quantity"]: c for c in doc["measured_ceilings"]}
+    gemm = ceilings.get(f"gemm_{doc['precision']}")
+    bandwidth = ceilings.get("memory_bandwidth")
+    lines = [
+        f"`{doc['model']}` · `{doc['device']}` · `{doc['backend']}` · `{doc['precision']}`",
+        "",
+        table(header, rows, "lrrrrrlrr"),
+    ]
+    if gemm and bandwidth:
+        ridge = gemm["value"] * 1e12 / (bandwidth["value"] * 1e9)
+        lines += [
+            "",
+            f"Ceilings measured in the `ceilings` pass: {gemm['value'] * 1e3:.1f} GFLOP/s {doc['precision']} GEMM, "
+            f"{bandwidth['value']:.1f} GB/s, so the ridge is at {ridge:.1f} FLOP/B."
+            + (
+                " A share above 100% means the phase's operators ran faster than that pass's GEMM probe."
+                if any((p["share_of_attainable"] or 0) > 1 for p in doc["summary"])
+                else ""
+            ),
+        ]
+    lines += ["", provenance(meta)]
+    return "\n".join(lines)
+
+
+def render_optimizations(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/optimizations.json")
+    c = doc["ceiling"]
+    lines = [
+        f"One ceiling for every row, measured once at the start of the run: {c['peak_tflops'] * 1e3:.1f} GFLOP/s "
+        f'{c["precision"]} GEMM, {c["bandwidth_gbs"]:.1f} GB/s. "% of roofline" = the floor of the expert work the '
+        "row actually did (computed steps, hoisted K/V) on that ceiling ÷ the row's measured expert p50.",
+        "",
+    ]
+    rows = []
+    for group in doc["runs"]:
+        for r in group["rows"]:
+            error = r["open_loop_relative_error"]
+            if error is None:
+                fidelity = "reference" if r["method"] == "exact" else "lossless (bit-identical in the tests)"
+            else:
+                fidelity = f"{error:.3g} ({r['open_loop_cosine']:.5f})"
+            rows.append(
+                [
+                    f"{group['model']} · {group['backend']}",
+                    r["method"],
+                    str(r["iterations"]),
+                    ms(r["expert_p50_ms"]),
+                    ratio(r["expert_speedup"]),
+                    ms(r["e2e_p50_ms"]),
+                    ratio(r["e2e_speedup"]),
+                    fidelity,
+                    ms(r["expert_floor_ms"]),
+                    pct(r["expert_share_of_roofline"]),
+                ]
+            )
+    header = [
+        "model · backend",
+        "method",
+        "timed",
+        "expert p50 ms",
+        "expert ×",
+        "e2e p50 ms",
+        "e2e ×",
+        "open-loop rel. error (cosine)",
+        "expert floor ms",
+        "% of roofline",
+    ]
+    lines.append(table(header, rows, "llrrrrrrrr"))
+    loop_rows = [
+        [
+            f"{group['model']} · {group['backend']}",
+            r["loop"],
+            str(r["cycles"]),
+            ms(r["exact_cycle_p50_ms"]),
+            ms(r["fused_cycle_p50_ms"]),
+            f"{r['speedup_p50']:.3f}×",
+            ms(r["overlap_p50_ms"]),
+        ]
+        for group in doc["loops"]
+        for r in group["rows"]
+    ]
+    if loop_rows:
+        lines += [
+            "",
+            "V-AEFusion (`vlabench loop`, exact and fused loops interleaved cycle by cycle):",
+            "",
+            table(
+                [
+                    "model · backend",
+                    "loop",
+                    "cycles",
+                    "exact cycle p50 ms",
+                    "fused cycle p50 ms",
+                    "speed-up",
+                    "overlap ms",
+                ],
+                loop_rows,
+                "llrrrrr",
+            ),
+        ]
+    for skipped in doc["skipped"]:
+        lines += ["", f"Skipped {skipped['model']} · {skipped['backend']}: {skipped['reason']}"]
+    lines += ["", provenance(meta)]
+    return "\n".join(lines)
+
+
+def render_fidelity(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/fidelity.json")
+    lines = []
+    if doc["closed_loop"]:
+        lines += [
+            f"Closed loop: {doc['closed_loop_task']}, {doc['closed_loop'][0]['episodes']} seeded episodes per variant.",
+            "",
+            table(
+                ["variant", "success", "mean final distance m", "expert calls per chunk"],
+                [
+                    [
+                        r["variant"],
+                        f"{r['successes']}/{r['episodes']}",
+                        f"{r['mean_final_distance_m']:.4f}",
+                        f"{r['expert_calls_per_chunk']:.1f}",
+                    ]
+                    for r in doc["closed_loop"]
+                ],
+            ),
+            "",
+        ]
+    lines += [
+        f"Open loop on `{doc['model']}` ({doc['open_loop_reference']}):",
+        "",
+        table(
+            ["variant", "max abs error", "RMSE", "cosine", "relative error", "observations"],
+            [
+                [
+                    r["variant"]["name"],
+                    f"{r['error']['max_abs']:.3g}",
+                    f"{r['error']['rmse']:.3g}",
+                    f"{r['error']['cosine']:.5f}",
+                    f"{r['error']['relative']:.3g}",
+                    str(r["error"]["samples"]),
+                ]
+                for r in doc["open_loop"]
+            ],
+        ),
+        "",
+        provenance(meta),
+    ]
+    return "\n".join(lines)
+
+
+FIG6_REPORTED = {  # the XPU paper's Fig. 6 (pi0, 3 cameras, bf16), as quoted by third-party summaries: reported
+    "vlm_layer_gflop": 185.1,
+    "vlm_layer_weight_mb": 220,
+    "vlm_layer_flop_per_weight_byte": 840,
+    "expert_flop_per_weight_byte": 64.5,
+}
+
+
+def render_pi0_fig6(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json")
+    report = doc["report"]
+    layer = next(x for x in report["layers"] if (x["phase"], x["block"], x["layer"]) == ("prefill", "llm", 0))
+    step = next(p for p in report["phases"] if p["phase"] == "denoise_step")
+    datasheet = next(c for c in report["ceilings"] if c["source"] == "datasheet")
+    ridge = datasheet["peak_tflops"] * 1e12 / (datasheet["bandwidth_gbs"] * 1e9)
+    r = FIG6_REPORTED
+
+    def bound(intensity: float) -> str:
+        return "compute" if intensity >= ridge else "memory"
+
+    rows = [
+        ["one VLM decoder layer: GFLOP", f"{layer['flops'] / 1e9:.1f}", f"{r['vlm_layer_gflop']:g}"],
+        ["one VLM decoder layer: weight MB", f"{layer['weight_bytes'] / 1e6:.1f}", f"{r['vlm_layer_weight_mb']:g}"],
+        [
+            "one VLM decoder layer: FLOP per weight byte",
+            f"{layer['weight_intensity']:.1f}",
+            f"{r['vlm_layer_flop_per_weight_byte']:g}",
+        ],
+        [
+            "one expert step: FLOP per weight byte",
+            f"{step['weight_intensity']:.1f}",
+            f"{r['expert_flop_per_weight_byte']:g}",
+        ],
+        ["one expert step: FLOP per byte moved (weights, activations, K/V)", f"{step['intensity']:.1f}", "—"],
+    ]
+    lines = [
+        f"`{report['model']}`, {report['cameras']} cameras, {report['prefix_tokens']} prefix tokens, "
+        f"`{report['precision']}`; the `rtx-4090` profile's {report['precision']} peak over its bandwidth puts the "
+        f"ridge at {ridge:.0f} FLOP/B: the VLM layer is {bound(layer['intensity'])}-bound and the expert step "
+        f"{bound(step['intensity'])}-bound (FLOP per byte moved against the ridge).",
+        "",
+        table(["quantity", "vlabench (analytic)", "reported (paper, Fig. 6)"], rows),
+        "",
+        provenance(meta),
+    ]
+    return "\n".join(lines)
+
+
+def render_artifacts(root: Path) -> str:
+    rows, commands = [], []
+    for artifact in dict.fromkeys(a for block in BLOCKS.values() for a in block.artifacts):
+        meta = json.loads(meta_path(root / artifact).read_text())
+        rows.append(
+            [
+                f"`{artifact.removeprefix(RESULTS + '/')}`",
+                f"`{meta['command']}`",
+                meta["started_utc"][:16].replace("T", " "),
+                f"{meta['wall_s']:.0f}",
+                f"{meta['load_average_before'][0]:.2f} → {meta['load_average_after'][0]:.2f}",
+            ]
+        )
+        commands.append(meta["capture_command"])
+    return "\n".join(
+        [
+            table(
+                ["artifact (in `benchmarks/results/`)", "command", "UTC start", "wall s", "load (1 min)"], rows, "llrrr"
+            ),
+            "",
+            "```bash",
+            *commands,
+            "python3 benchmarks/render_docs.py",
+            "```",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Block:
+    artifacts: tuple[str, ...]
+    render: Callable[[Path], str]
+
+
+BLOCKS: dict[str, Block] = {
+    "quickstart": Block((f"{RESULTS}/quickstart/smolvla-cpu.json",), render_quickstart),
+    "models": Block((f"{RESULTS}/models.json",), render_models),
+    "hardware-projection": Block((f"{RESULTS}/hardware-projection.json",), render_hardware),
+    "projection-error": Block((f"{RESULTS}/projection-error.json",), render_projection_error),
+    "profile": Block((f"{RESULTS}/profile/smolvla-cpu.profile.json",), render_profile),
+    "optimizations": Block((f"{RESULTS}/optimizations.json",), render_optimizations),
+    "fidelity": Block((f"{RESULTS}/fidelity.json",), render_fidelity),
+    "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
+}
+BLOCKS["artifacts"] = Block(tuple(a for block in BLOCKS.values() for a in block.artifacts), render_artifacts)
+
+
+# ---------------------------------------------------------------- the mechanism
+
+
+class RenderError(Exception):
+    pass
+
+
+def block_names(text: str) -> list[str]:
+    return [m.group("name") for m in BLOCK.finditer(text)]
+
+
+def check_markers(text: str, where: str) -> None:
+    """Every BEGIN has its END, in order, with no nesting."""
+    open_name = None
+    for m in MARKER.finditer(text):
+        kind, name = m.groups()
+        if kind == "BEGIN":
+            if open_name is not None:
+                raise RenderError(f"{where}: block {name} begins inside block {open_name}")
+            open_name = name
+        else:
+            if open_name != name:
+                raise RenderError(f"{where}: END of {name} without its BEGIN")
+            open_name = None
+    if open_name is not None:
+        raise RenderError(f"{where}: block {open_name} has no END marker")
+
+
+def render_text(text: str, root: Path, where: str = "<text>") -> str:
+    check_markers(text, where)
+
+    def replace(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in BLOCKS:
+            raise RenderError(f"{where}: no renderer for generated block {name!r} (known: {', '.join(BLOCKS)})")
+        body = BLOCKS[name].render(root).rstrip("\n")
+        return f"{match.group('begin')}{body}\n{match.group('end')}"
+
+    return BLOCK.sub(replace, text)
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Unified diffs of every document that differs from a fresh render (empty: all up to date)."""
+    diffs = []
+    for path in documents(root):
+        if not path.exists():
+            continue
+        current = path.read_text()
+        fresh = render_text(current, root, str(path.relative_to(root)))
+        if fresh != current:
+            name = str(path.relative_to(root))
+            diffs.append(
+                "".join(
+                    difflib.unified_diff(
+                        current.splitlines(keepends=True),
+                        fresh.splitlines(keepends=True),
+                        f"{name} (committed)",
+                        f"{name} (rendered from {RESULTS})",
+                    )
+                )
+            )
+    return diffs
+
+
+def write(root: Path = ROOT) -> list[Path]:
+    changed = []
+    for path in documents(root):
+        if not path.exists():
+            continue
+        current = path.read_text()
+        fresh = render_text(current, root, str(path.relative_to(root)))
+        if fresh != current:
+            path.write_text(fresh)
+            changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 with a diff when a document is out of date")
+    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            diffs = check(args.root)
+            for diff in diffs:
+                sys.stdout.write(diff)
+            if diffs:
+                print(f"\n{len(diffs)} document(s) differ from the artifacts: run python3 benchmarks/render_docs.py")
+                return 1
+            print("generated blocks match the artifacts")
+            return 0
+        for path in write(args.root):
+            print(f"rendered {path.relative_to(args.root)}")
+        return 0
+    except (RenderError, OSError, KeyError, json.JSONDecodeError) as problem:
+        print(f"render_docs: {problem}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The numbers in README.md and docs/ are rendered from committed artifacts, never typed by hand.
+
+``benchmarks/render_docs.py`` replaces every ``<!-- BEGIN generated: NAME -->`` block from the JSON artifacts in
+``benchmarks/results/``; these tests re-render and compare, check that tampering is caught, that every block has
+its artifact and provenance sidecar, that no measurement-like number sits outside a generated block, and that the
+README's links and quickstart hold.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_render_docs():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+render_docs = _load_render_docs()
+
+QUICKSTART = (
+    "python3 -m pip install -c constraints.txt -e . && vlabench run --model smolvla",
+    "python3 -m pip install -c constraints.txt -e '.[test]' && python3 -m pytest",
+)
+
+# A number with a unit of measurement (ms, J, W, %, ×, Hz, GB/s, FLOP/s); "8 × 7" is a shape, not a speed-up.
+MEASUREMENT = re.compile(
+    r"(?<![\w.\-/{])[±≈~]?\d[\d,]*(?:\.\d+)?\s?(?:ms|kJ|J|W|%|×(?!\s*\d)|Hz|GB/s|[GT]FLOP/s)(?!\w)"
+)
+# Configuration values and thresholds that may be written in prose, each with what it is.
+ALLOWED = {
+    "5%": "coefficient-of-variation warning threshold (NOISY_COV)",
+    "10%": "drift of each observation towards the next in vlabench fidelity's open loop",
+    "15%": "memory headroom added to the footprint estimate (HEADROOM)",
+    "25%": "background CPU load warning threshold (BUSY_BACKGROUND_PERCENT)",
+    "30%": "assumed idle share of TDP for the estimated meter (ASSUMED_IDLE_SHARE)",
+    "50%": "default duty cycle of the cost model",
+    "1%": "tolerance of the test comparing traced and analytic FLOPs",
+    "6 W": "assumed watts per physical core for the estimated meter",
+    "20 ms": "NVML counter sampling period",
+    "50 ms": "psutil sampling period; GEMM growth stop of the ceiling probe",
+    "100 ms": "polling period of the NVML, INA3221 and tegrastats meters",
+}
+
+
+def copy_tree(destination: Path) -> Path:
+    """README.md, docs/ and the artifacts: everything the render reads and writes."""
+    shutil.copy(ROOT / "README.md", destination / "README.md")
+    shutil.copytree(ROOT / "docs", destination / "docs")
+    shutil.copytree(ROOT / "benchmarks" / "results", destination / "benchmarks" / "results")
+    return destination
+
+
+def test_generated_blocks_match_a_fresh_render_of_the_artifacts():
+    diffs = render_docs.check(ROOT)
+    assert not diffs, "".join(diffs) + "\nrun: python3 benchmarks/render_docs.py"
+
+
+def test_the_check_command_passes(capsys):
+    assert render_docs.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_a_number_changed_inside_a_generated_block_fails_the_check(tmp_path):
+    root = copy_tree(tmp_path)
+    readme = root / "README.md"
+    text = readme.read_text()
+    block = next(m for m in render_docs.BLOCK.finditer(text) if m.group("name") == "quickstart")
+    digit = re.search(r"\d", block.group("body"))
+    position = block.start("body") + digit.start()
+    tampered = text[:position] + str((int(text[position]) + 1) % 10) + text[position + 1 :]
+    readme.write_text(tampered)
+    diffs = render_docs.check(root)
+    assert len(diffs) == 1 and "README.md" in diffs[0]
+    assert render_docs.main(["--check", "--root", str(root)]) == 1
+    render_docs.main(["--root", str(root)])  # the render restores it
+    assert readme.read_text() == text
+
+
+def test_a_changed_artifact_fails_the_check(tmp_path):
+    root = copy_tree(tmp_path)
+    path = root / "benchmarks" / "results" / "models.json"
+    models = json.loads(path.read_text())
+    models[0]["params"] += 1_000_000
+    path.write_text(json.dumps(models))
+    assert render_docs.check(root)
+
+
+def test_every_generated_block_has_a_renderer_and_committed_artifacts():
+    used = set()
+    for document in render_docs.documents(ROOT):
+        text = document.read_text()
+        render_docs.check_markers(text, document.name)
+        for name in render_docs.block_names(text):
+            used.add(name)
+            assert name in render_docs.BLOCKS, f"{document.name}: no renderer for block {name}"
+            for artifact in render_docs.BLOCKS[name].artifacts:
+                path = ROOT / artifact
+                assert path.is_file(), f"{document.name}: block {name} needs {artifact}"
+                meta = json.loads(render_docs.meta_path(path).read_text())
+                for key in ("command", "capture_command", "started_utc", "git_revision", "cpu", "load_average_before"):
+                    assert meta.get(key) is not None, f"{artifact}: provenance sidecar lacks {key}"
+                assert meta["exit_code"] == 0
+    assert used == set(render_docs.BLOCKS), f"renderers without a block: {set(render_docs.BLOCKS) - used}"
+
+
+def test_an_unknown_or_unbalanced_block_is_refused():
+    with pytest.raises(render_docs.RenderError, match="no renderer"):
+        render_docs.render_text("<!-- BEGIN generated: nope -->\n<!-- END generated: nope -->\n", ROOT)
+    with pytest.raises(render_docs.RenderError, match="no END"):
+        render_docs.render_text("<!-- BEGIN generated: models -->\ntext\n", ROOT)
+
+
+def test_no_measurement_is_typed_outside_the_generated_blocks():
+    found = []
+    for document in render_docs.documents(ROOT):
+        prose = render_docs.BLOCK.sub("", document.read_text())
+        for line in prose.splitlines():
+            for number in (m.group(0) for m in MEASUREMENT.finditer(line)):
+                if number not in ALLOWED:
+                    found.append(f"{document.relative_to(ROOT)}: {number!r} in: {line.strip()}")
+    assert not found, "numbers that look measured belong in a generated block:\n" + "\n".join(found)
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", markdown, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def test_relative_links_and_anchors_resolve():
+    broken = []
+    for document in [*render_docs.documents(ROOT), ROOT / "ARCHITECTURE.md"]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", document.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (document.parent / path).resolve() if path else document
+            if not linked.exists():
+                broken.append(f"{document.name}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text()):
+                broken.append(f"{document.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_readme_is_short_and_keeps_the_two_quickstart_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    for command in QUICKSTART:
+        assert f"```bash\n{command}\n```" in readme
+    assert QUICKSTART[1] in (ROOT / ".ci" / "run").read_text().replace("install -q ", "install ")
+    for heading in ("## Quickstart", "## How it works", "## Which hardware should I buy?", "## Exit codes"):
+        assert heading in readme
+    for code in ("0", "1", "2", "3", "4", "5", "6", "7", "130"):
+        assert re.search(rf"^\| {code} \|", readme, re.M), f"exit code {code} missing"
