@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import pandas as pd
 import plotly.offline
 
@@ -23,6 +24,7 @@ from vlabench.errors import InputError, VlabenchError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.results.aggregate import load_results
+from vlabench.results.store import UnreadableFile, copy_regular
 
 from . import charts
 from .model_facts import model_facts
@@ -30,7 +32,19 @@ from .reported import reported_entries
 from .rows import PROVENANCE, Run, latest_per_configuration, optimizations, provenance, reported_rows, run_rows, slug
 
 MARKER = "vlabench-site.json"
-ASSETS = ("site.css", "leaderboard.js")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+ASSETS = ("site.css", "leaderboard.js", "charts.js")
+DEVICE_ROOFLINES = 24
+"""A device page draws at most this many rooflines (one per model); the others are on the run pages."""
+PAGE_KEYS = (
+    # what assets/leaderboard.js reads (gate, cost, ranking, filters, sorting) and the row's identity and page
+    *("id", "kind", "run_id", "page", "model_page", "device_page", "model", "device", "device_kind", "backend"),
+    *("precision", "optimizations"),
+    *("provenance", "valid", "invalid_reason", "reasons", "feasible", "rank", "pareto", "actions_per_chunk"),
+    *("latency_p50_ms", "latency_p99_ms", "inference_hz_p50", "action_hz_p99", "joules_per_action"),
+    *("usd_per_million_actions", "usd_per_million_actions_electricity_only", "cost_inputs"),
+    *("memory_needed_gb", "device_memory_gb", "action_error"),
+)
 DOWNLOAD_COLUMNS = (
     "rank",
     "feasible",
@@ -109,6 +123,7 @@ def environment() -> jinja2.Environment:
     env.filters["num"] = number
     env.filters["slug"] = slug
     env.filters["shown"] = shown
+    env.globals["chart"] = lambda name, root: markupsafe.Markup(charts.Charts.html(name, root))
     return env
 
 
@@ -129,9 +144,11 @@ def build_site(paths: list[Path], out: Path, priority: Priority = "cost", contro
         raise InputError("--control-hz must be positive")
     loaded, skipped = load_results(paths)
     if not loaded:
-        raise InputError(f"no readable results under {', '.join(map(str, paths))}")
+        reasons = "".join(f"\n  skipped {problem}" for problem in skipped)
+        raise InputError(f"no readable results under {', '.join(map(str, paths))}{reasons}")
     check_target(out)
-    runs = [Run(path, result, slug(f"{result.run_id} {path.name}")) for path, result in loaded]
+    named = {path for path in paths if not path.is_dir()}
+    runs = [Run(path, result, slug(f"{result.run_id} {path.name}"), path in named) for path, result in loaded]
     rows = run_rows(latest_per_configuration(runs), priority, control_hz) + reported_rows(reported_entries())
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_folder(out.parent, f".{out.name}.partial-")
@@ -163,11 +180,19 @@ def swap_into_place(staging: Path, out: Path) -> None:
 def write_site(
     site: Path, runs: list[Run], rows: list[dict[str, Any]], skipped: list[str], priority: str, control_hz: float
 ) -> int:
-    """Every page, asset and download of the site under ``site``; returns the number of HTML pages."""
+    """Every page, asset, chart and download of the site under ``site``; returns the number of HTML pages."""
+    with charts.bare_figures() as template:
+        write_assets(site, template)
+        return write_pages(site, runs, rows, skipped, priority, control_hz)
+
+
+def write_pages(
+    site: Path, runs: list[Run], rows: list[dict[str, Any]], skipped: list[str], priority: str, control_hz: float
+) -> int:
     env = environment()
     common = {"version": vlabench.__version__, "built_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    write_assets(site)
     write_downloads(site, rows, priority, control_hz)
+    figures = charts.Charts(site)
     pages = 0
 
     def page(relative: str, template: str, **context: Any) -> None:
@@ -179,35 +204,31 @@ def write_site(
         pages += 1
 
     points = charts.speedup_points(runs)
+    energy_chart = charts.pareto_figure(rows, "joules_per_action", "Latency vs energy", "J per action", control_hz)
+    cost_chart = charts.pareto_figure(
+        rows, "usd_per_million_actions", "Latency vs cost", "$ per 1M actions", control_hz
+    )
     page(
         "index.html",
         "index.html.j2",
         rows=rows,
-        data=script_json({"control_hz": control_hz, "priority": priority, "rows": rows}),
+        data=script_json({"control_hz": control_hz, "priority": priority, "rows": [page_row(r) for r in rows]}),
         priority=priority,
         control_hz=control_hz,
         skipped=skipped,
         filters=filter_options(rows),
         provenance=PROVENANCE,
-        pareto_energy=charts.div(
-            charts.pareto_figure(rows, "joules_per_action", "Latency vs energy", "J per action", control_hz),
-            "pareto-energy",
-        ),
-        pareto_cost=charts.div(
-            charts.pareto_figure(rows, "usd_per_million_actions", "Latency vs cost", "$ per 1M actions", control_hz),
-            "pareto-cost",
-        ),
-        speedup=charts.div(charts.speedup_figure(points), "speedup") if points else None,
+        pareto_energy=figures.add("pareto-energy", energy_chart),
+        pareto_cost=figures.add("pareto-cost", cost_chart),
+        speedup=figures.add("speedup", charts.speedup_figure(points)) if points else None,
     )
     row_by_run = {row["id"]: row for row in rows if row["kind"] == "run"}
-    on_board = set(row_by_run)
+    drawn: dict[str, str] = {}  # run slug -> its roofline chart, shared by its run page and its device page
     for run in runs:
-        (site / "runs").mkdir(exist_ok=True)
-        shutil.copyfile(run.path, site / "runs" / f"{run.slug}.json")
-        trace = run.trace_path.is_file()
-        if trace:
-            shutil.copyfile(run.trace_path, site / "runs" / f"{run.slug}.trace.json")
-        roofline = run.result.roofline
+        trace = publish_run(site, run, skipped)
+        figure = charts.roofline_chart(run.result.roofline) if run.result.roofline else None
+        if figure is not None:
+            drawn[run.slug] = figures.add(f"roofline-{run.slug}", figure)
         page(
             f"runs/{run.slug}.html",
             "run.html.j2",
@@ -217,11 +238,12 @@ def write_site(
             trace=trace,
             optimizations=optimizations(run.result),
             provenance_label=provenance(run.result),
-            roofline=charts.roofline_div(roofline, "roofline") if roofline else None,
+            roofline=drawn.get(run.slug),
         )
     for model in sorted({row["model"] for row in rows} | {run.result.model.name for run in runs}):
         model_runs = sorted((r for r in runs if r.result.model.name == model), key=lambda r: r.result.started_utc)
         spec = model_spec(model)
+        title = f"Phase breakdown of {charts.label(model)}, p50"
         page(
             f"models/{slug(model)}.html",
             "model.html.j2",
@@ -230,19 +252,11 @@ def write_site(
             facts=model_facts(spec) if spec is not None else None,
             rows=[row for row in rows if row["model"] == model],
             runs=model_runs,
-            phases=charts.div(
-                charts.phase_figure(model_runs, f"Phase breakdown of {charts.label(model)}, p50"), "phases"
-            )
-            if model_runs
-            else None,
+            phases=figures.add(f"phases-{slug(model)}", charts.phase_figure(model_runs, title)) if model_runs else None,
         )
     for device in sorted({row["device"] for row in rows} | {run.result.device.profile for run in runs}):
         device_runs = sorted((r for r in runs if r.result.device.profile == device), key=lambda r: r.result.started_utc)
-        rooflines = [
-            (run, charts.roofline_div(run.result.roofline, f"roofline-{i}"))
-            for i, run in enumerate(roofline_runs(device_runs, on_board))
-            if run.result.roofline is not None
-        ]
+        rooflines = [(run, drawn[run.slug]) for run in roofline_runs(device_runs, set(row_by_run)) if run.slug in drawn]
         page(
             f"devices/{slug(device)}.html",
             "device.html.j2",
@@ -250,7 +264,8 @@ def write_site(
             profile=device_profile(device),
             rows=[row for row in rows if row["device"] == device],
             runs=device_runs,
-            rooflines=[(run, chart) for run, chart in rooflines if chart],
+            rooflines=rooflines[:DEVICE_ROOFLINES],
+            more_rooflines=len(rooflines[DEVICE_ROOFLINES:]),
         )
     marker = {
         "generator": "vlabench site build",
@@ -266,30 +281,71 @@ def write_site(
     return pages
 
 
+def publish_run(site: Path, run: Run, skipped: list[str]) -> bool:
+    """``runs/SLUG.json``: the run's result file as it is (copied through the guarded reader: a regular file, a link
+    only when the file was named as an input); ``runs/SLUG.trace.json``: its Chrome trace when that is a regular file
+    beside it, never a link (a link would publish whatever file on the host it points to) nor a FIFO or device.
+    Returns whether a trace was copied; one that is not copied is added to ``skipped`` with the reason."""
+    folder = site / "runs"
+    folder.mkdir(exist_ok=True)
+    copy_regular(run.path, folder / f"{run.slug}.json", follow_links=run.named)
+    if not os.path.lexists(run.trace_path):
+        return False
+    try:
+        copy_regular(run.trace_path, folder / f"{run.slug}.trace.json", follow_links=False)
+    except UnreadableFile as exc:
+        if str(exc) not in skipped:  # the folder walk reports a link named *.json already
+            skipped.append(f"{exc} (the trace is not published)")
+        return False
+    return True
+
+
+def page_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A leaderboard row as the index page's script needs it (``PAGE_KEYS``); the downloads hold every column."""
+    return {key: row.get(key) for key in PAGE_KEYS}
+
+
 def roofline_runs(device_runs: list[Run], on_board: set[str]) -> list[Run]:
-    """One roofline per model, backend and precision on a device: its leaderboard run without optimizations (the
-    analytic counts are the same for every run of a configuration; optimized runs have their own run page chart)."""
-    chosen: dict[tuple[str, str, str], Run] = {}
+    """One roofline per model on a device: its fastest leaderboard run without optimizations (the analytic counts
+    are the same for every run of a model and precision; every run page has its own chart)."""
+    chosen: dict[str, Run] = {}
     for run in device_runs:
         if run.slug in on_board and optimizations(run.result) == "none":
-            chosen[(run.result.model.name, run.result.backend, run.result.precision)] = run
-    return list(chosen.values())
+            best = chosen.get(run.result.model.name)
+            if best is None or e2e_p50(run) < e2e_p50(best):
+                chosen[run.result.model.name] = run
+    return [chosen[model] for model in sorted(chosen)]
 
 
-def write_assets(site: Path) -> None:
-    """The stylesheet, the table script and plotly.js (written once, referenced by relative path)."""
+def e2e_p50(run: Run) -> float:
+    return run.result.timing.phases["e2e"].p50
+
+
+def write_assets(site: Path, template: str) -> None:
+    """The stylesheet, the scripts, plotly.js and the plotly_white template (written once, referenced by relative
+    path)."""
     assets = site / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     package = resources.files("vlabench.leaderboard_site").joinpath("assets")
     for name in ASSETS:
         (assets / name).write_text(package.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
     (assets / "plotly.min.js").write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+    (assets / "plot-template.js").write_text(f"window.VLABENCH_TEMPLATE = {template};\n", encoding="utf-8")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: one that would start a formula (``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return, OWASP's list) gets a leading apostrophe. Numbers stay numbers."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, control_hz: float) -> None:
-    """``leaderboard.csv`` and ``leaderboard.json``: the table as built (ranked at the build's target and priority)."""
+    """``leaderboard.csv`` and ``leaderboard.json``: the table as built (ranked at the build's target and priority);
+    the CSV's text cannot start a spreadsheet formula (``spreadsheet_cell``), the JSON holds the names as they are."""
     table = [{column: row.get(column) for column in DOWNLOAD_COLUMNS} for row in rows]
-    pd.DataFrame(table, columns=list(DOWNLOAD_COLUMNS)).to_csv(site / "leaderboard.csv", index=False)
+    cells = [{column: spreadsheet_cell(value) for column, value in row.items()} for row in table]
+    frame = pd.DataFrame(cells, columns=list(DOWNLOAD_COLUMNS))
+    frame.to_csv(site / "leaderboard.csv", index=False, lineterminator="\r\n")  # RFC 4180: a CR in a cell is quoted
     document = {"priority": priority, "control_hz": control_hz, "rows": table}
     (site / "leaderboard.json").write_text(json.dumps(document, indent=2, allow_nan=False), encoding="utf-8")
 

@@ -24,11 +24,13 @@ PROVENANCE = ("measured", "estimated", "projected", "reported")
 
 @dataclass(frozen=True)
 class Run:
-    """A loaded result with the names the site gives its pages."""
+    """A loaded result with the names the site gives its pages; ``named``: its file was named as an input (a link
+    named so is followed), not found inside an input folder (where links are never followed)."""
 
     path: Path
     result: RunResult
     slug: str
+    named: bool = False
 
     @property
     def trace_path(self) -> Path:

@@ -8,6 +8,7 @@ from functools import wraps
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 import vlabench
 from vlabench.cli.analysis import calibrate_dp_cache, fidelity, roofline
@@ -15,7 +16,7 @@ from vlabench.cli.catalog import devices, models, rank
 from vlabench.cli.fleet import compare, sweep, validate, worker
 from vlabench.cli.measure import loop, profile, run
 from vlabench.cli.site import build, serve
-from vlabench.cli.views.console import stderr, stdout
+from vlabench.cli.views.console import safe, stderr, stdout
 from vlabench.errors import InterruptError, VlabenchError
 
 app = typer.Typer(
@@ -31,8 +32,8 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except VlabenchError as exc:
-            if str(exc):
-                stderr.print(f"[bold red]error:[/] {exc}", highlight=False)
+            if str(exc):  # the message holds names, paths and values as typed: text, never markup
+                stderr.print(Text.assemble(("error:", "bold red"), " ", safe(exc)), highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             stderr.print("[bold red]interrupted[/]: no result was written")

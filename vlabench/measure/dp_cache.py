@@ -15,7 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from vlabench.atomic import atomic_write_text
 from vlabench.errors import InputError
+from vlabench.yaml_data import read_text_file
 
+MAX_SCHEDULE_BYTES = 2**20
+"""A schedule (or the calibration artifact holding one) is a few kB."""
 _SEGMENT = re.compile(r"^segment:(\d+)-(\d+)(?:/(\d+))?$")
 
 
@@ -77,14 +80,15 @@ def parse_schedule(text: str, steps: int) -> DPCacheSchedule:
 
 
 def load_schedule(path: Path, steps: int) -> DPCacheSchedule:
+    text = read_text_file(path, "DP-Cache schedule", MAX_SCHEDULE_BYTES)  # a FIFO, folder or binary: InputError
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         if isinstance(data, dict) and "kind" in data:  # a calibration artifact: the schedule is nested
             data = data.get("schedule")
         schedule = DPCacheSchedule.model_validate(data)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    except (json.JSONDecodeError, ValidationError) as exc:
+    except RecursionError:
+        raise InputError(f"{path}: not a DP-Cache schedule: nested too deeply") from None
+    except (ValueError, ValidationError) as exc:  # JSONDecodeError, an integer of over 4300 digits, the schema
         raise InputError(f"{path}: not a DP-Cache schedule: {exc}") from None
     if schedule.steps != steps:
         raise InputError(f"{path}: the schedule is for {schedule.steps} steps, this run has {steps}")

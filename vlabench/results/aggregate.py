@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,11 +17,12 @@ from vlabench.results.store import json_files, survey
 
 def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
     """Every run result (``kind: run``, or a schema-1.0 file) under the given files or folders, whatever the files
-    are named. Other artifacts (profiles, loops, ...) and Chrome traces are passed over quietly; unreadable, invalid
-    and foreign JSON files are skipped with a reason. A file given by name is read as a run result."""
+    are named. Other artifacts (profiles, loops, ...) and Chrome traces are passed over quietly; unreadable, invalid,
+    physically impossible and foreign JSON files are skipped with a reason, and so are links, FIFOs and devices
+    inside a folder (never followed or opened for reading). A file given by name is read as a run result."""
     loaded, skipped = [], []
     for root in paths:
-        if root.exists() and root.is_file():
+        if not root.is_dir() and os.path.lexists(root):
             try:
                 loaded.append((root, load_result(root)))
             except InputError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -24,6 +25,13 @@ from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader
 from vlabench.results.provenance import Provenance
 from vlabench.results.store import read_json, validate_artifact
 from vlabench.telemetry.system_state import SystemState
+
+MIN_LATENCY_MS = 1e-3
+"""1 µs: no policy inference is faster; an end-to-end figure below it is a unit or clock error, never a win."""
+MAX_LATENCY_MS = 86_400_000.0
+"""One day: a longer inference is no measurement."""
+Problems = list[tuple[str, str]]
+"""(field, what is wrong with it)."""
 
 SCHEMA_VERSION = "1.1"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load."""
@@ -201,9 +209,109 @@ class RunResult(ArtifactHeader):
             return f"{GATE_FAILED}: displacement cosine {shown} < {tolerance.min_cosine:g}"
         return f"{GATE_FAILED} (non-finite actions)"
 
+    def physical_problems(self) -> Problems:
+        """Every measured figure that cannot be: latencies that are not finite and positive (end-to-end: ≥ 1 µs),
+        percentiles out of order, no ``e2e`` phase, no timed iteration, negative or non-finite energy, power, price
+        or cost, sizes below zero, a run that finished before it started. A NaN action error is no such problem: it
+        is a measurement of broken actions (see ``invalid_reason``). Readers skip a result with any; ``validate``
+        lists them all."""
+        found: Problems = []
+        timing = self.timing
+        if "e2e" not in timing.phases:
+            found.append(("timing.phases.e2e", "missing: every run times the end-to-end inference"))
+        named = [(f"timing.phases.{name}", stats, name) for name, stats in timing.phases.items()]
+        steps = [(f"timing.denoise_steps.{i}", stats, "denoise_step") for i, stats in enumerate(timing.denoise_steps)]
+        for field, stats, phase in named + steps:
+            found += latency_problems(field, stats, MIN_LATENCY_MS if phase.startswith("e2e") else 0.0)
+        for name, samples in timing.samples_ms.items():
+            floor = MIN_LATENCY_MS if name.startswith("e2e") else 0.0
+            bad = next((i for i, value in enumerate(samples) if not _latency(value, floor)), None)
+            if bad is not None:
+                found.append((f"timing.samples_ms.{name}.{bad}", _latency_message(samples[bad], floor)))
+        if not _latency(timing.first_inference_ms, 0.0):
+            found.append(("timing.first_inference_ms", _latency_message(timing.first_inference_ms, 0.0)))
+        if timing.iterations < 1:
+            found.append(("timing.iterations", f"{timing.iterations}: a result has at least one timed inference"))
+        energy, cost = self.energy, self.cost
+        lows = {"dynamic_joules_per_inference": -math.inf}  # below idle power: noise may make it negative
+        checks: list[tuple[str, BaseModel | None, tuple[str, ...], bool]] = [
+            # block, its fields that must be finite and ≥ 0 (or > 0 when the flag is set)
+            ("timing", timing, ("warmup_iterations", "timed_duration_s"), False),
+            ("control", self.control, ("inference_hz_p50", "inference_hz_p99"), False),
+            ("control", self.control, ("action_hz_p50", "action_hz_p99"), False),
+            ("control", self.control, ("control_hz", "actions_per_chunk"), True),
+            ("model", self.model, ("params", "tokens_per_camera"), False),
+            ("device", self.device, ("price_usd",), False),
+            ("device", self.device, ("memory_gb",), True),
+            ("memory", self.memory, tuple(MemoryInfo.model_fields), False),
+            ("energy", energy, tuple(EnergyResult.model_fields), False),
+            ("cost", cost, tuple(CostReport.model_fields), False),
+            ("cost.assumptions", cost and cost.assumptions, ("electricity_usd_per_kwh",), False),
+            ("cost.assumptions", cost and cost.assumptions, ("lifetime_years", "duty_cycle"), True),
+        ]
+        for name, block, fields, strict in checks:
+            if block is not None:
+                found += figure_problems(name, block, fields, strict, lows)
+        if self.finished_utc < self.started_utc:
+            found.append(("finished_utc", f"{self.finished_utc.isoformat()} is before started_utc"))
+        return found
+
     def stem(self) -> str:
         parts = (self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
         return "_".join((self.stamp(self.started_utc), *parts))
+
+
+def _latency(value: float, floor: float) -> bool:
+    return math.isfinite(value) and floor <= value <= MAX_LATENCY_MS and value > 0
+
+
+def _latency_message(value: float, floor: float) -> str:
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g} ms: a latency is a finite, positive number"
+    if value > MAX_LATENCY_MS:
+        return f"{value:g} ms: longer than a day, no measurement"
+    return f"{value:g} ms: below {floor * 1000:g} µs, no inference is that fast"
+
+
+def latency_problems(field: str, stats: Stats, floor: float) -> Problems:
+    """A phase's statistics: positive finite latencies (at least ``floor`` ms) in order, min ≤ p50 ≤ p90 ≤ p99 ≤ max,
+    the mean between min and max, a count of at least one."""
+    found = [
+        (f"{field}.{name}", _latency_message(value, floor))
+        for name in ("min", "p50", "p90", "p99", "max", "mean")
+        if not _latency(value := getattr(stats, name), floor)
+    ]
+    if found:
+        return found
+    ordered = [stats.min, stats.p50, stats.p90, stats.p99, stats.max]
+    slack = 1e-9 * stats.max  # interpolated percentiles may exceed their neighbours by rounding
+    if any(low > high + slack for low, high in pairwise(ordered)):
+        shown = ", ".join(f"{value:g}" for value in ordered)
+        found.append((field, f"percentiles out of order: min, p50, p90, p99, max = {shown} ms"))
+    if not stats.min - slack <= stats.mean <= stats.max + slack:
+        found.append((f"{field}.mean", f"{stats.mean:g} ms lies outside min..max"))
+    if stats.count < 1:
+        found.append((f"{field}.count", f"{stats.count}: statistics of no sample"))
+    if not (math.isfinite(stats.stdev) and stats.stdev >= 0 and math.isfinite(stats.cov) and stats.cov >= 0):
+        found.append((f"{field}.stdev", f"stdev {stats.stdev:g}, CoV {stats.cov:g}: must be finite and ≥ 0"))
+    return found
+
+
+def figure_problems(
+    name: str, block: BaseModel, fields: tuple[str, ...], strict: bool, lows: dict[str, float]
+) -> Problems:
+    """The numeric ``fields`` of a block that are not finite, or below their low (``lows``, else 0), or at it when
+    ``strict``. None (not recorded), text and nested blocks are passed over."""
+    found = []
+    for field in fields:
+        value, low = getattr(block, field), lows.get(field, 0.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if not math.isfinite(value):
+            found.append((f"{name}.{field}", f"{value:g}: not a finite number"))
+        elif value < low or (strict and value == low):
+            found.append((f"{name}.{field}", f"{value:g}: must be {'>' if strict else '≥'} {low:g}"))
+    return found
 
 
 def write_result(result: RunResult, out_dir: Path) -> Path:
@@ -217,9 +325,16 @@ def result_from_document(path: Path, data: Any) -> RunResult:
     problem = RunResult.document_problem(data)
     if problem is not None:
         raise InputError(f"{path}: {problem}")
-    return validate_artifact(path, data, RunResult, "result")
+    result = validate_artifact(path, data, RunResult, "result")
+    impossible = result.physical_problems()
+    if impossible:
+        field, message = impossible[0]
+        more = f" (and {len(impossible) - 1} more: vlabench validate lists them)" if len(impossible) > 1 else ""
+        raise InputError(f"{path}: impossible measurement: {field} {message}{more}")
+    return result
 
 
 def load_result(path: Path) -> RunResult:
-    """Read and validate a result file; malformed or foreign files raise InputError naming the problem."""
+    """Read and validate a result file (a link named here is followed); malformed, foreign or physically impossible
+    files raise InputError naming the problem."""
     return result_from_document(path, read_json(path))

@@ -30,27 +30,28 @@ def result_files(root: Path) -> list[Path]:
     """``root`` when it is a file; else the JSON files below it that are run results (by ``kind``, whatever their
     names), claim a run schema version, or cannot be read. Other artifacts, Chrome traces and foreign JSON are not
     result files."""
-    if root.is_file():
+    if not root.is_dir():
         return [root]
     surveyed = (survey(path, RUN_KIND) for path in json_files(root))
     return [found.path for found in surveyed if found.error is not None or found.claims_run]
 
 
 def validate_folder(root: Path, requirements: Requirements) -> tuple[list[Path], list[Problem]]:
-    """The result files found and every problem in them."""
+    """The result files found and every problem in them (a link inside a folder is a problem, never followed)."""
     files = result_files(root)
-    problems = [problem for path in files for problem in validate_file(path, requirements)]
+    named = not root.is_dir()
+    problems = [problem for path in files for problem in validate_file(path, requirements, follow_links=named)]
     return files, problems
 
 
-def validate_file(path: Path, requirements: Requirements) -> list[Problem]:
+def validate_file(path: Path, requirements: Requirements, follow_links: bool = True) -> list[Problem]:
     def problem(field: str, message: str) -> Problem:
         return Problem(file=str(path), field=field, message=message)
 
     try:
-        data = read_json(path)
+        data = read_json(path, follow_links)
     except UnreadableFile as exc:
-        return [problem("<file>", exc.reason)]
+        return [problem(exc.field, exc.reason)]
     wrong = RunResult.document_problem(data)  # not a run result, or a run schema this version does not read
     if wrong is not None:
         return [problem(wrong.field, wrong.message)]
@@ -58,7 +59,8 @@ def validate_file(path: Path, requirements: Requirements) -> list[Problem]:
         result = RunResult.model_validate(data)
     except ValidationError as exc:
         return [problem(".".join(map(str, e["loc"])) or "<root>", e["msg"]) for e in exc.errors()]
-    return [problem(field, message) for field, message in publication_problems(result, requirements)]
+    found = result.physical_problems() + publication_problems(result, requirements)
+    return [problem(field, message) for field, message in found]
 
 
 def publication_problems(result: RunResult, requirements: Requirements) -> list[tuple[str, str]]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
+from vlabench.cli.views.console import safe
+from vlabench.cli.views.tables import PlainTable
 from vlabench.results.compare import Report
 from vlabench.results.validate import Problem
 
 STYLES = {"regression": "bold red", "improvement": "green"}
 
 
-def _styled(verdict: str) -> str:
-    return f"[{STYLES[verdict]}]{verdict}[/]" if verdict in STYLES else verdict
+def _styled(verdict: str) -> Text:
+    return Text(verdict, style=STYLES.get(verdict, ""))
 
 
 def _percent(value: float | None) -> str:
@@ -20,7 +23,7 @@ def _percent(value: float | None) -> str:
 
 def compare_table(report: Report) -> Table:
     settings = report.settings
-    table = Table(
+    table = PlainTable(
         title=(
             f"{len(report.matches)} matched runs, {len(report.regressions)} regressed ({settings.phase} latency: "
             f"{settings.confidence:.0%} bootstrap CI of the median change, threshold {settings.threshold:.0%}; energy "
@@ -38,9 +41,9 @@ def compare_table(report: Report) -> Table:
             if latency and latency.ci_low is not None
             else "—"
         )
-        energy_cell = _styled(energy.verdict) + (f" ({energy.note})" if energy.note else "")
-        invalid = f" [bold red]INVALID ({match.candidate_invalid_reason or 'correctness gate'})[/]"
-        label = match.label + (invalid if match.correctness_regressed else "")
+        energy_cell = Text.assemble(_styled(energy.verdict), safe(f" ({energy.note})" if energy.note else ""))
+        invalid = safe(f" INVALID ({match.candidate_invalid_reason or 'correctness gate'})", style="bold red")
+        label = Text.assemble(safe(match.label), invalid if match.correctness_regressed else "")
         table.add_row(
             label,
             f"{latency.baseline_p50_ms:.2f}" if latency else "—",
@@ -55,7 +58,7 @@ def compare_table(report: Report) -> Table:
 
 
 def problems_table(problems: list[Problem]) -> Table:
-    table = Table(title=f"{len(problems)} problems", title_justify="left")
+    table = PlainTable(title=f"{len(problems)} problems", title_justify="left")
     for column in ("file", "field", "problem"):
         table.add_column(column, overflow="fold")
     for problem in problems:

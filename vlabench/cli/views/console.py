@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 
 from pydantic import BaseModel
 from rich.console import Console, ConsoleDimensions, RenderableType
+from rich.text import Text
 
 WIDE = 160  # tables keep their columns when output goes to a file or pipe
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls but newline (a tab too: it breaks table cells), DEL, C1 controls (CSI, OSC, ...), bidirectional marks
+and overrides."""
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character shown as its escape (ESC as ``\\x1b``): a string from a result file,
+    a path or an option cannot move the cursor, recolour or retitle the terminal, or hide what follows it."""
+    return _CONTROL.sub(lambda found: ascii(found[0])[1:-1], str(text))
+
+
+def safe(text: object, style: str = "") -> Text:
+    """Data for the terminal (a table cell, a message): control characters escaped (``printable``), Rich markup
+    shown as typed (``[/oops]`` is text, never a tag)."""
+    return Text(printable(text), style=style)
 
 
 class Terminal(Console):
@@ -57,6 +74,6 @@ def show(as_json: bool, document: BaseModel, renderables: Iterable[RenderableTyp
 
 
 def warn_skipped(problems: list[str]) -> None:
-    """One yellow line per input passed over (unreadable, not a result, …)."""
+    """One yellow line per input passed over (unreadable, not a result, …); its path is never broken."""
     for problem in problems:
-        stderr.print(f"[yellow]skipped[/] {problem}", highlight=False)
+        stderr.print(Text.assemble(("skipped", "yellow"), " ", safe(problem)), highlight=False, soft_wrap=True)

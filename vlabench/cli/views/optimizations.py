@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from vlabench.cli.views.tables import PlainTable
 from vlabench.commands.fidelity import FidelityReport
 from vlabench.measure.dp_cache import DPCacheSchedule
 
 
 def fidelity_tables(report: FidelityReport) -> list[Table]:
-    table = Table(
+    table = PlainTable(
         title=f"Open loop: {report.model}, {report.open_loop[0].error.samples} observations vs the exact path"
     )
     for column in ("variant", "max abs", "RMSE", "cosine", "relative"):
@@ -19,7 +20,7 @@ def fidelity_tables(report: FidelityReport) -> list[Table]:
         table.add_row(row.variant.name, f"{e.max_abs:.4g}", f"{e.rmse:.4g}", f"{e.cosine:.6f}", f"{e.relative:.4g}")
     tables = [table]
     if report.closed_loop:
-        closed = Table(title=f"Closed loop: {report.closed_loop_task}")
+        closed = PlainTable(title=f"Closed loop: {report.closed_loop_task}")
         for column in ("variant", "success", "rate", "mean final distance m", "expert calls per chunk"):
             closed.add_column(column, justify="left" if column == "variant" else "right")
         for row in report.closed_loop:

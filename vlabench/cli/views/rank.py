@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.text import Text
 
+from vlabench.cli.views.console import safe
 from vlabench.cli.views.tables import FittedTable
 
 # The column each priority orders by, and the order the others are left out in when the terminal is narrow.
@@ -52,7 +53,7 @@ def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> FittedT
             f"{row['action_hz_p99']:.1f}",
             energy,
             dollars,
-            Text("yes", style="green") if row["feasible"] else Text(f"no: {row['reasons']}", style="red"),
+            Text("yes", style="green") if row["feasible"] else safe(f"no: {row['reasons']}", style="red"),
         )
     return table
 

@@ -10,13 +10,14 @@ from rich.text import Text
 from vlabench.analysis.roofline import RooflineReport
 from vlabench.cli.views.profile import passes_table as passes_table  # the profile's tables, where callers import them
 from vlabench.cli.views.profile import profile_table as profile_table
+from vlabench.cli.views.tables import PlainTable
 from vlabench.commands.roofline import RooflineOutcome
 
 LAYER_BLOCKS = ("llm", "expert")
 
 
 def _table(title: str, columns: list[str], left: int = 1) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = PlainTable(title=title, title_justify="left")
     for index, column in enumerate(columns):
         table.add_column(column, justify="left" if index < left else "right")
     return table

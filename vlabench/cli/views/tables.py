@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from vlabench.cli.views.console import safe
+
 READABLE = 20  # a wrapped column narrower than this reads like a word list
+
+
+class PlainTable(Table):
+    """A Rich table whose text is data: a title or cell given as ``str`` is shown as typed (control characters
+    escaped, never parsed as markup, see ``console.safe``); style a cell by passing a ``Text``."""
+
+    def __init__(self, *headers: Any, title: str | Text | None = None, **options: Any) -> None:
+        super().__init__(*headers, title=safe(title) if isinstance(title, str) else title, **options)
+
+    def add_row(self, *renderables: RenderableType | None, **options: Any) -> None:
+        super().add_row(*(safe(cell) if isinstance(cell, str) else cell for cell in renderables), **options)
 
 
 def titled_table(title: str, columns: list[str], numeric: Collection[str] = frozenset()) -> Table:
     """A left-titled table whose ``numeric`` columns are right-justified."""
-    built = Table(title=title, title_justify="left")
+    built = PlainTable(title=title, title_justify="left")
     for column in columns:
         built.add_column(column, justify="right" if column in numeric else "left")
     return built
@@ -38,10 +52,11 @@ class FittedTable:
     ) -> None:
         assert set(keys).isdisjoint(drop) and set(keys) | set(drop) <= set(columns)
         self.title, self.columns, self.numeric, self.keys, self.drop = title, columns, numeric, keys, drop
-        self.rows: list[tuple[str | Text, ...]] = []
+        self.rows: list[tuple[Text, ...]] = []
 
     def add_row(self, *cells: str | Text) -> None:
-        self.rows.append(cells)
+        """Cells given as ``str`` are data, shown as typed (``PlainTable``)."""
+        self.rows.append(tuple(safe(cell) if isinstance(cell, str) else cell for cell in cells))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self.fitted(options.max_width)
@@ -56,7 +71,7 @@ class FittedTable:
             if self.narrowest(shown) <= width:
                 break
             shown.remove(column)
-        built = Table(title=self.title, title_justify="left")
+        built = PlainTable(title=self.title, title_justify="left")
         for column in shown:
             key = column in self.keys
             justify = "right" if column in self.numeric else "left"
@@ -73,7 +88,7 @@ class FittedTable:
 
     def needed(self, column: str) -> int:
         index = self.columns.index(column)
-        cells = [cell.plain if isinstance(cell, Text) else cell for cell in (row[index] for row in self.rows)]
+        cells = [row[index].plain for row in self.rows]
         whole = max(map(cell_len, cells), default=0)
         words = max(cell_len(word) for text in (column, *cells) for word in text.split() or [""])
         return max(whole, words) if column in self.keys else max(words, min(whole, READABLE))

@@ -1,0 +1,176 @@
+"""Scale of the leaderboard site: build it from many synthetic (but valid) results, print the time and the sizes.
+
+    python benchmarks/site_scale.py [--results 1000] [--seed 0] [--keep DIR]
+
+The results are one real result file (``tests/data/artifacts``) with a real roofline block (``benchmarks/results``)
+copied with a seeded RNG
+into new run ids, models, devices, backends, precisions, optimizations and latencies; no benchmark runs. The
+distribution is skewed the way a real results folder is: 40 % of the runs on one device (the development host), the
+others spread over every packaged device profile. Prints the build time, the site's total size, the number of files
+and the largest page; ``tests/test_site_scale.py`` asserts the size budgets (never the time: timing claims belong
+here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from vlabench.analysis.cet import CostAssumptions, cost_report
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = (
+    ROOT / "tests" / "data" / "artifacts" / "20261201T042521Z_smolvla-tiny_generic-x86-cpu_torch_fp32_c87a67ed.json"
+)
+ROOFLINE = ROOT / "benchmarks" / "results" / "roofline-pi0-rtx-4090-bf16.json"
+"""A real roofline block that can be drawn (the result file's own has no ceiling to draw against)."""
+MODELS = sorted(p.stem for p in (ROOT / "profiles" / "models").glob("*.yaml"))
+DEVICES = sorted(p.stem for p in (ROOT / "profiles" / "devices").glob("*.yaml"))
+HOST_DEVICE = "generic-x86-cpu"
+BACKENDS = ("torch", "torch-compile", "onnxruntime", "openvino", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "bf16")
+STATS = ("mean", "p50", "p90", "p99", "min", "max", "stdev")
+
+
+def base_result() -> dict:
+    """The real result as schema 1.1 with an estimated energy block and its cost (the file has neither)."""
+    data = json.loads(SOURCE.read_text())
+    data = {"kind": "run", **data, "schema_version": "1.1"}
+    data["device"].update(price_usd=500.0, engine="cpu")  # the engine recorded: the run executed where it says
+    data["energy"] = {
+        "label": "estimated",
+        "method": "tdp-utilization",
+        "scope": "device",
+        "sampling_period_s": None,
+        "meter": {},
+        "idle_window_s": 0.2,
+        "idle_w": 5.0,
+        "window_s": 1.0,
+        "window_inferences": 3,
+        "average_w": 20.0,
+        "joules_per_inference": 4.0,
+        "joules_per_action": 0.8,
+        "dynamic_joules_per_inference": 3.0,
+        "notes": [],
+    }
+    data["cost"] = None
+    data["roofline"] = json.loads(ROOFLINE.read_text())["report"]
+    return data
+
+
+def with_cost(data: dict) -> dict:
+    energy, e2e = data["energy"], data["timing"]["phases"]["e2e"]
+    report = cost_report(
+        price_usd=data["device"]["price_usd"],
+        price_source="--price-usd",
+        price_estimate=False,
+        joules_per_inference=energy["joules_per_inference"],
+        idle_w=energy["idle_w"],
+        energy_label=energy["label"],
+        latency_p50_ms=e2e["p50"],
+        actions_per_chunk=data["workload"]["actions_per_chunk"],
+        control_hz=10.0,
+        assumptions=CostAssumptions(),
+    )
+    data["cost"] = json.loads(report.model_dump_json())
+    return data
+
+
+def scale_timing(timing: dict, factor: float) -> None:
+    """Every latency of the result times ``factor`` (statistics and samples: their order is kept)."""
+    for stats in [*timing["phases"].values(), *timing["denoise_steps"]]:
+        for name in STATS:
+            stats[name] *= factor
+    for name, samples in timing["samples_ms"].items():
+        timing["samples_ms"][name] = [value * factor for value in samples]
+    timing["first_inference_ms"] *= factor
+
+
+def synthetic_results(folder: Path, count: int, seed: int = 0) -> list[Path]:
+    """``count`` valid result files under ``folder``, reproducible from ``seed``."""
+    rng = random.Random(seed)
+    base = base_result()
+    started = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index in range(count):
+        data = json.loads(json.dumps(base))
+        data["run_id"] = uuid.UUID(int=rng.getrandbits(128)).hex
+        device = HOST_DEVICE if rng.random() < 0.4 else rng.choice(DEVICES)
+        data["model"]["name"] = rng.choice(MODELS)
+        data["device"].update(profile=device, price_usd=round(rng.uniform(50, 40_000), 2))
+        data["backend"], data["precision"] = rng.choice(BACKENDS), rng.choice(PRECISIONS)
+        data["config_hash"] = f"{index:016x}"
+        moment = started + timedelta(minutes=index)
+        data["started_utc"] = moment.isoformat()
+        data["finished_utc"] = (moment + timedelta(seconds=30)).isoformat()
+        factor = rng.lognormvariate(-2.0, 1.5)
+        scale_timing(data["timing"], factor)
+        data["energy"]["joules_per_inference"] = round(rng.uniform(0.5, 200.0), 3)
+        data["energy"]["joules_per_action"] = data["energy"]["joules_per_inference"] / 5
+        if rng.random() < 0.2:
+            data["optimization"] = {
+                "dp_cache": {"steps": 10, "computed": [0, 2, 4, 6, 8], "source": "{0,2,4,6,8}", "calibration": None},
+                "fuse_expert_kv": rng.random() < 0.5,
+                "dp_cache_error": {"max_abs": 0.1, "rmse": 0.03, "cosine": 0.999, "relative": 0.05, "samples": 1},
+            }
+        path = folder / f"{index:05d}_{data['run_id'][:8]}.json"
+        path.write_text(json.dumps(with_cost(data), indent=2))
+        written.append(path)
+    return written
+
+
+def site_sizes(site: Path) -> dict:
+    files = [p for p in site.rglob("*") if p.is_file()]
+    pages = [p for p in files if p.suffix == ".html"]
+    largest = max(pages, key=lambda p: p.stat().st_size)
+    return {
+        "files": len(files),
+        "pages": len(pages),
+        "total_mb": sum(p.stat().st_size for p in files) / 1e6,
+        "largest_page": str(largest.relative_to(site)),
+        "largest_page_kb": largest.stat().st_size / 1e3,
+        "index_kb": (site / "index.html").stat().st_size / 1e3,
+    }
+
+
+def main() -> None:
+    from vlabench.leaderboard_site.build import build_site
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, help="build the site here (default: a temporary folder, removed)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="site-scale-"))
+    try:
+        synthetic_results(work / "results", args.results, args.seed)
+        out = args.keep or work / "site"
+        start = time.perf_counter()
+        report = build_site([work / "results"], out)
+        elapsed = time.perf_counter() - start
+        print(
+            json.dumps(
+                {
+                    "results": args.results,
+                    "runs": report.runs,
+                    "rows": report.rows,
+                    "build_s": round(elapsed, 1),
+                    **site_sizes(out),
+                },
+                indent=2,
+            )
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
