@@ -175,3 +175,20 @@ def test_long_loops_are_searched_step_by_step_in_order_of_similarity():
     assert [entry["dropped"] for entry in report["path"]] == sorted(
         schedule.skipped, key=lambda step: -report["step_similarity"][step]
     )
+
+
+def test_calibrate_out_may_be_a_folder_and_an_unwritable_one_is_refused_first(tmp_path):
+    from typer.testing import CliRunner
+
+    from vlabench.cli import app
+
+    runner = CliRunner()
+    folder = tmp_path / "schedules"
+    folder.mkdir()
+    done = runner.invoke(app, ["calibrate", "dp-cache", "-m", "smolvla-tiny", "--observations", "2", "-o", str(folder)])
+    assert done.exit_code == 0, done.output
+    assert (folder / "smolvla-tiny.dp-cache.json").is_file()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    refused = runner.invoke(app, ["calibrate", "dp-cache", "-m", "smolvla-tiny", "-o", str(blocker / "x.json")])
+    assert refused.exit_code == 2 and "is not a folder" in refused.output and "calibrating" not in refused.output

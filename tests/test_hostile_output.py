@@ -214,3 +214,18 @@ def test_a_site_of_hostile_names_is_inert(tmp_path):
             assert "<a href='https://example.com'>" not in text, path  # a name is text, never markup
     roofline = "".join(path.read_text() for path in (site / "charts").glob("roofline-*.js"))
     assert "\\u0026lt;a href='https://example.com'\\u0026gt;x\\u0026lt;/a\\u0026gt;" in roofline  # text, not a link
+
+
+def test_a_results_folder_named_like_markup_is_printed_as_typed(tmp_path):
+    """The success path prints the result's path inside a styled line: the path's brackets stay text."""
+    from typer.testing import CliRunner
+
+    from vlabench.cli import app
+
+    out = tmp_path / "runs[/oops][bold]"
+    args = ["run", "-m", "smolvla-tiny", "-o", str(out), "--min-iterations", "2", "--min-duration", "0"]
+    done = CliRunner().invoke(app, [*args, "--warmup", "1", "--energy-meter", "none"], env={"COLUMNS": "400"})
+    assert done.exit_code == 0, done.output
+    assert "Traceback" not in done.output
+    lines = [line for line in done.output.splitlines() if line.startswith("result: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"result: {out}/"), done.output

@@ -21,7 +21,7 @@ from vlabench.cli.options import (
     number_option,
     run_option,
 )
-from vlabench.cli.views.console import show, stderr
+from vlabench.cli.views.console import markup_safe, show, stderr
 from vlabench.errors import InputError
 
 # fidelity and calibrate dp-cache: the exact path is fp32 eager torch; these choose what computes the optimized actions
@@ -86,7 +86,7 @@ def roofline(
     outcome.report.operators = outcome.report.operators[:top]
     report = outcome.report
     chart = out_dir / f"{report.model}_{report.device}_{report.precision}.roofline.html"
-    written = [f"chart: [bold]{write_roofline_html(report, chart)}[/]"] if html else []
+    written = [f"chart: [bold]{markup_safe(write_roofline_html(report, chart))}[/]"] if html else []
     show(as_json, outcome, roofline_renderables(outcome, layers), *written)
 
 
@@ -128,7 +128,7 @@ def fidelity(
     episodes = episodes if closed_loop else 0
     report, path = run_fidelity(model, observations, episodes, seed, out_dir, actions_per_chunk, **target)
     skipped = [f"skipped {row.variant}: {row.reason}" for row in report.skipped]
-    show(as_json, report, [*fidelity_tables(report), *skipped], f"fidelity: [bold]{path}[/]")
+    show(as_json, report, [*fidelity_tables(report), *skipped], f"fidelity: [bold]{markup_safe(path)}[/]")
 
 
 def calibrate_dp_cache(
@@ -155,8 +155,9 @@ def calibrate_dp_cache(
 ) -> None:
     """Pick the DP-Cache schedule with the most skipped steps within an action-error budget; save it for --dp-cache."""
     from vlabench.cli.views.optimizations import schedule_lines
-    from vlabench.commands.calibrate import plan_calibration, run_calibration
+    from vlabench.commands.calibrate import calibration_path, plan_calibration, run_calibration
 
+    out_file = calibration_path(out_file, model)
     target = {"device": device, "backend": backend, "precision": precision, "checkpoint": checkpoint}
     plan = plan_calibration(observations, budget, model, seed=seed, steps=steps, cameras=cameras, **target)
     where = f"{plan.backend.name} {plan.precision} on {plan.device.profile.name}"
@@ -170,5 +171,5 @@ def calibrate_dp_cache(
         as_json,
         schedule,
         lines,
-        f"schedule file: [bold]{path}[/] (use with --dp-cache {path})",
+        f"schedule file: [bold]{markup_safe(path)}[/] (use with --dp-cache {markup_safe(path)})",
     )

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from vlabench.cli.options import Bounds, arguments_for, contextual, number_option, run_option
-from vlabench.cli.views.console import notes, stderr, stdout, warn_skipped, write_json
+from vlabench.cli.views.console import markup_safe, notes, stderr, stdout, warn_skipped, write_json
 from vlabench.errors import CheckFailedError, InputError, InvalidResultError, SweepFailedError
 
 # Bounds of the options below; sweep's and compare's match what their settings accept (sweep_file, results.compare).
@@ -63,7 +63,7 @@ def sweep(
     with SweepProgress(stderr, len(runs) - len(done)) as progress:
         records = execute_sweep(runs, results, dispatch, progress.started, progress.finished)
     stdout.print(summary_table(records, time.monotonic() - started))
-    stdout.print(f"results: [bold]{results}[/]  journal: {results / '.sweep'}")
+    stdout.print(f"results: [bold]{markup_safe(results)}[/]  journal: {markup_safe(results / '.sweep')}")
     if any(record.status == "failed" for record in records):
         stderr.print("[bold red]some runs failed[/] (reasons above); run the same command again to retry them")
         raise SweepFailedError
@@ -133,7 +133,7 @@ def compare(
         stdout.print(compare_table(report))
         for title, names in (("only in baseline", report.only_baseline), ("only in candidate", report.only_candidate)):
             for name in names:
-                stdout.print(f"[dim]{title}:[/] {name}", highlight=False)
+                stdout.print(f"[dim]{markup_safe(title)}:[/] {markup_safe(name)}", highlight=False)
     if report.regressions:
         stderr.print(f"[bold red]{len(report.regressions)} regressed run(s)[/]")
         raise CheckFailedError

@@ -40,7 +40,7 @@ from vlabench.cli.options import (
     run_option,
     with_target_options,
 )
-from vlabench.cli.views.console import notes, show, stderr, stdout, write_json
+from vlabench.cli.views.console import markup_safe, notes, show, stderr, stdout, write_json
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, InvalidResultError, VlabenchError
 
@@ -160,7 +160,7 @@ def run(
     info = notes(as_json)
     info.print(plan_summary(plans))
     for reason in skipped:
-        stderr.print(f"[yellow]skipped backend[/] {reason}", highlight=False)
+        stderr.print(f"[yellow]skipped backend[/] {markup_safe(reason)}", highlight=False)
     with RunProgress(stderr) as progress:
         results = execute_many(plans, progress.update)
     saved = [save_result(result, run_config.out) for result in results]
@@ -175,7 +175,8 @@ def run(
             stdout.print(renderable)
     for entry in saved:
         if entry.problem is None:
-            info.print(f"result: [bold]{entry.path}[/]", soft_wrap=True)  # never broken: the terminal wraps it
+            # never broken by Rich: the terminal wraps it, so the path stays copyable
+            info.print(f"result: [bold]{markup_safe(entry.path)}[/]", soft_wrap=True)
     if any(not result.valid for result in results):
         stderr.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
     report_unsaved([entry for entry in saved if entry.problem is not None], run_config.out)
@@ -257,8 +258,8 @@ def profile(
         as_json,
         result,
         [passes_table(result), profile_table(result)],
-        f"trace: [bold]{run_config.out / result.trace_file}[/] (open in https://ui.perfetto.dev or chrome://tracing)",
-        f"profile: [bold]{run_config.out / (result.stem() + '.profile.json')}[/]",
+        f"trace: [bold]{markup_safe(run_config.out / result.trace_file)}[/] (open in https://ui.perfetto.dev or chrome://tracing)",
+        f"profile: [bold]{markup_safe(run_config.out / (result.stem() + '.profile.json'))}[/]",
     )
 
 
@@ -301,8 +302,8 @@ def loop(
     result = run_loop(run_config, fusion_stale_steps, cycles, warmup_cycles, run_config.out)
     show(as_json, result, [loop_table(result)])
     for message in result.warnings:
-        stderr.print(f"[yellow]warning:[/] {message}", highlight=False)
-    notes(as_json).print(f"loop: [bold]{run_config.out / (result.stem() + '.loop.json')}[/]")
+        stderr.print(f"[yellow]warning:[/] {markup_safe(message)}", highlight=False)
+    notes(as_json).print(f"loop: [bold]{markup_safe(run_config.out / (result.stem() + '.loop.json'))}[/]")
 
 
 def build_run_config(ctx: typer.Context) -> RunConfig:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from vlabench.cli.options import Bounds, number_option, run_option
-from vlabench.cli.views.console import stdout, warn_skipped
+from vlabench.cli.views.console import markup_safe, stdout, warn_skipped
 
 
 def build(
@@ -25,7 +25,7 @@ def build(
     report = build_site(paths, out_dir, priority, control_hz)  # type: ignore[arg-type]
     warn_skipped(report.skipped)
     stdout.print(
-        f"site: [bold]{report.site}[/] ({report.rows} leaderboard rows from {report.runs} results, "
+        f"site: [bold]{markup_safe(report.site)}[/] ({report.rows} leaderboard rows from {report.runs} results, "
         f"{report.pages} pages); open {report.site / 'index.html'} or run `vlabench site serve {report.site}`",
         highlight=False,
     )
@@ -41,7 +41,9 @@ def serve(
     from vlabench.leaderboard_site.serve import make_server
 
     server = make_server(site, port)
-    stdout.print(f"serving {site} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", highlight=False)
+    stdout.print(
+        f"serving {markup_safe(site)} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", highlight=False
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
+from vlabench.atomic import writable_folder_problem
 from vlabench.backends import get_backend
 from vlabench.commands.run import RunPlan, backend_options, check_optimizations, plan_run
 from vlabench.config import RunConfig
@@ -102,9 +103,17 @@ def plan_calibration(observations: int, budget: float, model: str, **target) -> 
     return plan_target(model, "DP-Cache", **target)
 
 
-def run_calibration(
-    plan: RunPlan, observations: int, budget: float, out_file: Path | None
-) -> tuple[DPCacheSchedule, Path]:
+def calibration_path(out: Path | None, model: str) -> Path:
+    """Where the artifact goes: ``--out`` as a file, or ``<model>.dp-cache.json`` inside ``--out`` when it is a folder
+    (default ``results/``); refused before the calibration when nothing can be written there."""
+    path = out if out is not None and not out.is_dir() else (out or Path("results")) / f"{model}.dp-cache.json"
+    problem = writable_folder_problem(path.parent)
+    if problem:
+        raise InputError(f"--out {out or path.parent}: cannot write the schedule there: {problem}")
+    return path
+
+
+def run_calibration(plan: RunPlan, observations: int, budget: float, out_file: Path) -> tuple[DPCacheSchedule, Path]:
     """Calibrate on ``observations`` seeded observations and write the calibration artifact."""
     started = datetime.now(timezone.utc)
     target = plan.device.torch_device

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 from rich.console import Console, ConsoleDimensions, RenderableType
+from rich.markup import escape
 from rich.text import Text
 
 WIDE = 160  # tables keep their columns when output goes to a file or pipe
@@ -26,6 +27,12 @@ def safe(text: object, style: str = "") -> Text:
     """Data for the terminal (a table cell, a message): control characters escaped (``printable``), Rich markup
     shown as typed (``[/oops]`` is text, never a tag)."""
     return Text(printable(text), style=style)
+
+
+def markup_safe(text: object) -> str:
+    """Data to put inside a Rich markup string (``f"result: [bold]{markup_safe(path)}[/]"``): printable, with every
+    bracket escaped so a path or a name can never close or open a tag."""
+    return escape(printable(text))
 
 
 class Terminal(Console):
