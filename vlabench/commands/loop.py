@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
 from vlabench.commands.run import plan_run, prepare_checked
@@ -24,8 +24,8 @@ from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import Stats, summarize
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
-from vlabench.results.header import ArtifactHeader
-from vlabench.results.provenance import Provenance, collect_provenance
+from vlabench.results.header import MeasuredArtifact
+from vlabench.results.provenance import collect_provenance
 from vlabench.vocab import Precision
 
 LOOP_SCHEMA_VERSION = "1.0"
@@ -40,16 +40,9 @@ class LoopVariant(BaseModel):
     samples_ms: list[float]
 
 
-class LoopResult(ArtifactHeader):
+class LoopResult(MeasuredArtifact):
     kind: Literal["loop"] = "loop"
     schema_version: str = LOOP_SCHEMA_VERSION
-    run_id: str
-    started_utc: AwareDatetime
-    model: str
-    device: str
-    backend: str
-    precision: str
-    provenance: Provenance
     backend_details: dict[str, Any]
     workload: Workload
     dp_cache: DPCacheSchedule | None

@@ -24,7 +24,7 @@ from time import perf_counter_ns
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import AwareDatetime, BaseModel
+from pydantic import BaseModel
 
 from vlabench.analysis.phase_summary import PhaseSummary, SmTracing, gpm_phases, phase_samples, phase_windows, span_args
 from vlabench.analysis.phase_summary import summarize_phases as summarize_phases
@@ -39,8 +39,8 @@ from vlabench.measure.action_loops import ActionLoop, make_sampler
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.models.workload import Workload
-from vlabench.results.header import ArtifactHeader
-from vlabench.results.provenance import Provenance, collect_provenance
+from vlabench.results.header import MeasuredArtifact
+from vlabench.results.provenance import collect_provenance
 from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
 from vlabench.telemetry.gpm import WINDOW_S, WINDOWS, GpmWindows, describe_gpm, run_gpm_pass
 from vlabench.vocab import Phase
@@ -73,18 +73,11 @@ class PassRecord(BaseModel):
     instruments: list[str]
 
 
-class ProfileResult(ArtifactHeader):
+class ProfileResult(MeasuredArtifact):
     """``<stem>.profile.json``; the Chrome trace beside it (``trace_file``, ``<stem>.trace.json``) is no artifact."""
 
     kind: Literal["profile"] = "profile"
     schema_version: str = PROFILE_SCHEMA_VERSION
-    run_id: str
-    started_utc: AwareDatetime
-    model: str
-    device: str
-    backend: str
-    precision: str
-    provenance: Provenance
     torch_device: str
     backend_details: dict[str, Any]
     workload: Workload

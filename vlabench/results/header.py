@@ -103,6 +103,18 @@ class ArtifactHeader(BaseModel):
         return moment.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+class MeasuredArtifact(ArtifactHeader):
+    """The header of an artifact that measured one model on one target: every identity field is required."""
+
+    run_id: str
+    started_utc: AwareDatetime
+    model: str
+    device: str
+    backend: str
+    precision: str
+    provenance: Provenance
+
+
 def artifact_types() -> dict[str, type[ArtifactHeader]]:
     """Artifact classes by kind, for those whose modules are imported."""
     return dict(_ARTIFACT_TYPES)
