@@ -167,3 +167,14 @@ def test_readme_is_short_and_keeps_the_two_quickstart_commands():
         assert heading in readme
     for code in ("0", "1", "2", "3", "4", "5", "6", "7", "130"):
         assert re.search(rf"^\| {code} \|", readme, re.M), f"exit code {code} missing"
+
+
+def test_readme_gives_a_cpu_only_a_cuda_and_a_jetson_install_line_and_what_each_downloads():
+    readme = (ROOT / "README.md").read_text()
+    cpu = next(line for line in readme.splitlines() if "CPU only" in line)
+    assert "--index-url https://download.pytorch.org/whl/cpu" in cpu and "torch-2.13.0+cpu" in cpu
+    cuda = next(line for line in readme.splitlines() if "NVIDIA GPU" in line and line.startswith("|"))
+    assert "no `-c constraints.txt`" in cuda and "CUDA build" in cuda and "several GB" in cuda
+    jetson = next(line for line in readme.splitlines() if line.startswith("| Jetson"))
+    assert "JetPack torch wheel" in jetson and "without the constraints file" in jetson
+    assert "the CPU build" not in readme.split("## Quickstart")[1].split("|")[0]
