@@ -20,6 +20,7 @@ MAX_OVER = 4.0
 runtime's arena and the input copies are counted at their worst)."""
 REFUSAL_RSS = 2 * 2**30
 MIB = 2**20
+FLOOR = 32 * MIB  # below this a run's RSS increment is allocator noise
 
 CHILD = textwrap.dedent(
     """
@@ -84,13 +85,15 @@ def test_the_estimate_covers_the_peak_rss_of_every_workload_within_a_factor(tmp_
     with ThreadPoolExecutor(2) as pool:
         measured = list(pool.map(lambda w: measure(w, str(tmp_path / "out")), WORKLOADS))
     rows = [
-        f"{json.dumps(w):70s} estimate {e / MIB:8.1f} MiB  measured {m / MIB:8.1f} MiB  ×{e / m:.2f}"
+        f"{json.dumps(w):70s} estimate {e / MIB:8.1f} MiB  measured {m / MIB:8.1f} MiB  ×{e / max(m, 1):.2f}"
         for w, (e, m) in zip(WORKLOADS, measured, strict=True)
     ]
     print("\n" + "\n".join(rows))
     for row, (estimate, increment) in zip(rows, measured, strict=True):
         assert estimate >= increment, f"under-estimate: {row}"
-        assert estimate <= MAX_OVER * increment, f"more than {MAX_OVER}× the measured increment: {row}"
+        # A small run can add less than planning it peaked at (noise of the allocator): the ratio is judged against
+        # at least FLOOR, so the bound still catches an estimate that is far off.
+        assert estimate <= MAX_OVER * max(increment, FLOOR), f"more than {MAX_OVER}× the measured increment: {row}"
 
 
 REFUSING = textwrap.dedent(
