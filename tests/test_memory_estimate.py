@@ -20,7 +20,7 @@ MAX_OVER = 4.0
 runtime's arena and the input copies are counted at their worst)."""
 REFUSAL_RSS = 2 * 2**30
 MIB = 2**20
-FLOOR = 32 * MIB  # below this a run's RSS increment is allocator noise
+FLOOR = 32 * MIB  # below this a run's RSS increment over planning is not a measurement
 
 CHILD = textwrap.dedent(
     """
@@ -91,9 +91,12 @@ def test_the_estimate_covers_the_peak_rss_of_every_workload_within_a_factor(tmp_
     print("\n" + "\n".join(rows))
     for row, (estimate, increment) in zip(rows, measured, strict=True):
         assert estimate >= increment, f"under-estimate: {row}"
-        # A small run can add less than planning it peaked at (noise of the allocator): the ratio is judged against
-        # at least FLOOR, so the bound still catches an estimate that is far off.
-        assert estimate <= MAX_OVER * max(increment, FLOOR), f"more than {MAX_OVER}× the measured increment: {row}"
+        # The increment is over a process that planned the same run; planning traces the model with the workload's
+        # inputs when they are small enough for free memory, so on a busy host planning can peak as high as the run
+        # (increment ≈ 0). The ratio is judged only where the run added a measurable amount (≥ FLOOR).
+        if increment >= FLOOR:
+            assert estimate <= MAX_OVER * increment, f"more than {MAX_OVER}× the measured increment: {row}"
+    assert any(increment >= FLOOR for _, increment in measured), "no workload added a measurable amount: " + str(rows)
 
 
 REFUSING = textwrap.dedent(
