@@ -1,5 +1,5 @@
 """The memory estimate against what runs really use: each workload runs in its own child process, whose peak RSS
-(``ru_maxrss``) minus the peak of a child that only plans the same run (interpreter, torch, vlabench, the planner:
+(``VmHWM``) minus the peak of a child that only plans the same run (interpreter, torch, vlabench, the planner:
 everything up to the fit check) is what the run added. The estimate must never be below that, and at most
 ``MAX_OVER`` times it. Absurd workloads are refused (exit 4, or 2 when a range check fires first) before any
 allocation: their child never grows past ``REFUSAL_RSS``."""
@@ -42,7 +42,9 @@ CHILD = textwrap.dedent(
     if mode == "run":
         for result in run.execute_many(plans):
             run.save_result(result, config.out)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM: this process's own high-water mark (ru_maxrss would carry the parent's from before exec)
+    status = open("/proc/self/status").read()
+    peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
     print(json.dumps({"estimate": sum(plan.footprint.total_bytes for plan in plans), "peak": peak}))
     """
 )
