@@ -59,19 +59,40 @@ class Phase:
 
 
 class Precision:
-    """Numeric precisions: names, torch dtypes, bytes per element, and the default rule."""
+    """Numeric precisions: names, torch dtypes, bytes per weight element, and the default rule.
+
+    ``fp32``/``bf16``/``fp16`` are float precisions (weights and activations in that dtype). ``int8`` and ``int4``
+    are quantized: weights stored in that many bits (and, where the runtime supports it, int8 activations), with
+    float activations in ``QUANTIZED_ACTIVATIONS`` elsewhere; each backend declares which it runs.
+    """
 
     DTYPES: ClassVar[dict[str, torch.dtype]] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    BYTES: ClassVar[dict[str, int]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+    QUANTIZED: ClassVar[tuple[str, ...]] = ("int8", "int4")
+    NAMES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8", "int4")
+    AUTO = "auto"
+    """Not a precision: ``--precision auto`` asks the planner for the fastest native precision that passes the gate."""
+    BYTES: ClassVar[dict[str, float]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "int4": 0.5}
+    QUANTIZED_ACTIVATIONS: ClassVar[torch.dtype] = torch.float32
+    """The dtype of a quantized model's inputs, outputs and float activations (CPU runtimes dequantize to fp32)."""
     REFERENCE = "fp32"
     REDUCED = ("bf16", "fp16")
-    """Reduced precisions in order of preference (bf16 keeps fp32's range)."""
+    """Reduced float precisions in order of preference (bf16 keeps fp32's range)."""
 
     @staticmethod
-    def parse(name: str) -> str:
-        if name not in Precision.DTYPES:
-            raise unknown_name("precision", name, Precision.DTYPES)
+    def parse(name: str, allow_auto: bool = False) -> str:
+        names = (*Precision.NAMES, Precision.AUTO) if allow_auto else Precision.NAMES
+        if name not in names:
+            raise unknown_name("precision", name, names)
         return name
+
+    @staticmethod
+    def is_quantized(name: str) -> bool:
+        return name in Precision.QUANTIZED
+
+    @staticmethod
+    def dtype(name: str) -> torch.dtype:
+        """The torch dtype of a run's inputs, outputs and float activations at ``name``."""
+        return Precision.QUANTIZED_ACTIVATIONS if name in Precision.QUANTIZED else Precision.DTYPES[name]
 
     @staticmethod
     def default(on_cpu: bool, available: Iterable[str]) -> str:

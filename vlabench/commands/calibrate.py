@@ -91,7 +91,7 @@ def candidate_for(plan: RunPlan) -> Candidate | None:
     return Candidate(
         description=f"{plan.backend.name} {plan.precision} on {target}",
         policy=plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, seed),
-        dtype=Precision.DTYPES[plan.precision],
+        dtype=Precision.dtype(plan.precision),
         fused=None if fuse_refusal(plan) else fused,
     )
 

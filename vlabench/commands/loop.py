@@ -70,7 +70,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
     policy = prepare_checked(plan)
-    dtype = Precision.DTYPES[plan.precision]
+    dtype = Precision.dtype(plan.precision)
     loops = {
         name: FusionLoop(
             policy.prefix_lane(),

@@ -366,7 +366,7 @@ def optimization_info(plan: RunPlan, references: ReferenceCache) -> Optimization
 
 def seeded_inputs(plan: RunPlan, precision: str) -> list[tuple]:
     """The same seeded observations and noise for every backend, at the given precision, on the target."""
-    dtype = Precision.DTYPES[precision]
+    dtype = Precision.dtype(precision)
     target = plan.device.torch_device
     return [
         (

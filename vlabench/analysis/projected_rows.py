@@ -1,0 +1,43 @@
+"""The contract between the projection model and its readers (``vlabench project``, the leaderboard site).
+
+A ``ProjectedRow`` is one (model, device, stack, precision) the profiles allow, projected, never measured: every
+figure in it is labelled ``projected`` (latency) or ``estimated`` (energy), with the leave-one-out error band of
+the stack that produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ProjectedRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: Literal["projected"] = "projected"
+    model: str
+    family: str
+    device: str
+    device_kind: str
+    stack: str = Field(description="software stack the parameters were fitted for, e.g. pytorch-eager, tensorrt")
+    precision: str
+    cameras: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    phases_ms: dict[Literal["vision", "prefill", "action", "e2e"], float] = Field(
+        description="projected latency per phase; e2e is their sum"
+    )
+    kernel_counts: dict[str, int] = Field(description="kernels launched per phase, counted from the traced graph")
+    error_band: float | None = Field(
+        description="median |relative error| of this stack's leave-one-out projections (None: no entry to score)"
+    )
+    memory_needed_gb: float
+    usable_memory_gb: float | None
+    fits: bool | None
+    joules_per_inference: float | None = Field(description="estimated: TDP x the utilization model")
+    energy_label: Literal["estimated"] = "estimated"
+    energy_method: str
+    idle_w: float | None
+    price_usd: float | None
+    price_source: str | None
+    parameters_source: str = Field(description="where the stack's fitted parameters came from")
