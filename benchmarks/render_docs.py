@@ -199,43 +199,43 @@ def render_models(root: Path) -> str:
 def render_hardware(root: Path) -> str:
     doc, meta = load(root, f"{RESULTS}/hardware-projection.json")
     rows = []
-    for row in doc["rows"]:
-        floor, eager = row["floor"], row["eager"] or row["floor"]
-        f = eager["feasibility"]
-        fits = "—" if f["fits_memory"] is None else ("yes" if f["fits_memory"] else "**no**")
+    for found in doc["rows"]:
+        row, verdict = found["row"], found["gate"]
+        fits = "—" if row["fits"] is None else ("yes" if row["fits"] else "**no**")
+        phases = row["phases_ms"]
         rows.append(
             [
                 f"`{row['model']}`",
                 f"`{row['device']}`",
-                floor["precision"],
-                ms(floor["feasibility"]["e2e_ms"]),
-                pct(row["eager_efficiency"], 1),
-                ms(f["e2e_ms"]),
-                f"{1000 / f['e2e_ms']:.1f}",
-                f"{f['action_hz']:.0f}",
-                f"{f['footprint_gb']:.1f} / {f['memory_gb']:g}",
+                row["precision"],
+                ms(phases["vision"] + phases["prefill"]),
+                ms(phases["action"]),
+                ms(phases["e2e"]),
+                "—" if row["error_band"] is None else f"±{row['error_band'] * 100:.0f}%",
+                f"{row['inference_hz']:.2f}",
+                f"{row['memory_needed_gb']:.1f} / {row['usable_memory_gb']:g}",
                 fits,
-                "meets" if f["meets_control_rate"] else "**misses**",
+                "meets" if verdict["meets_target"] else "**misses**",
             ]
         )
     header = [
         "model",
         "device",
         "precision",
-        "floor e2e ms",
-        "eager efficiency",
+        "vision + prefill ms",
+        "action ms",
         "projected e2e ms",
+        "error band",
         "inferences/s",
-        "actions/s",
         "GB needed / on device",
         "fits",
-        f"{doc['control_hz']:g} Hz",
+        f"{doc['control_hz']:g} Hz ({doc['execution']})",
     ]
     lines = [
-        "All figures **projected** (roofline, not measured). *floor*: efficiency 1, the fastest the datasheet "
-        "allows. *projected*: the floor ÷ the median share of the roofline that published eager-PyTorch latencies "
-        "of the same model reached (`profiles/reported/latencies.yaml`). Actions/s assume the model's 50 actions "
-        "executed per chunk.",
+        f"All figures **projected** (not measured) for the `{doc['stack']}` stack by `vlabench project`: per-operator "
+        "roofline ÷ the stack's fitted share of peak + kernels × cost per kernel × the device's host factor, fitted on "
+        "the published latencies (`profiles/reported/latencies.yaml`). *error band*: the stack's median "
+        "leave-one-out error. The gate is per-step: one inference per control step.",
         "",
         table(header, rows, "lllrrrrrrll"),
         "",
@@ -249,11 +249,6 @@ def render_projection_error(root: Path) -> str:
     rows = []
     for s in doc["scores"]:
         e = s["entry"]
-        calibrated = (
-            "—"
-            if s["calibrated_ms"] is None
-            else f"{ms(s['calibrated_ms'])} ({signed_pct(s['calibrated_error'])}, n={s['calibration_entries']})"
-        )
         rows.append(
             [
                 e["model"],
@@ -263,8 +258,8 @@ def render_projection_error(root: Path) -> str:
                 s["phase"],
                 f"{s['reported_ms']:g}",
                 f"{ms(s['floor_ms'])} ({signed_pct(s['floor_error'])})",
-                pct(s["efficiency"], 1),
-                calibrated,
+                f"{s['kernels']:,}",
+                f"{ms(s['projected_ms'])} ({signed_pct(s['projected_error'])})",
             ]
         )
     header = [
@@ -275,34 +270,38 @@ def render_projection_error(root: Path) -> str:
         "phase",
         "reported ms",
         "floor ms (error)",
-        "efficiency",
-        "calibrated ms (error, n)",
+        "kernels",
+        "projected ms (error, leave-one-out)",
     ]
+    params = doc["parameters"]
+    stacks = [
+        [
+            name,
+            pct(value["share_of_peak"], 1),
+            f"{value['dispatch_us']:.2f}",
+            str(value["observations"]),
+            pct(doc["error_bands"][name]),
+        ]
+        for name, value in params["stacks"].items()
+    ]
+    hosts = ", ".join(f"`{device}` ×{value:.3g}" for device, value in params["host_factor"].items())
     lines = [
         table(header, rows, "llllrrrrr"),
         "",
         f"End-to-end entries: {doc['e2e_entries']}; median |error| of the floor: "
-        f"{pct(doc['median_abs_floor_error'])}; median |error| calibrated (leave-one-out): "
-        f"{pct(doc['median_abs_calibrated_error'])} over {doc['calibrated_entries']}.",
+        f"{pct(doc['median_abs_floor_error'])}; median |error| projected (leave-one-out): "
+        f"{pct(doc['median_abs_projected_error'])} over {doc['e2e_entries']} "
+        f"({pct(doc['median_abs_projected_error_first_entries'])} over the first {doc['first_entries']}, the "
+        "entries the earlier floor ÷ one-efficiency projection scored 49% on).",
+        "",
+        "Parameters fitted on every entry (each entry above was projected with parameters fitted without it):",
+        "",
+        table(["stack", "share of peak", "µs per kernel", "entries", "leave-one-out band"], stacks, "lrrrr"),
+        "",
+        f"Host factors (per-kernel cost relative to `rtx-4090`'s host): {hosts}.",
+        "",
+        provenance(meta),
     ]
-    host = doc.get("host")
-    if host:
-        c = host["ceiling"]
-        lines += [
-            "",
-            f"Measured here (`{host['model']}`, {host['backend']} {host['precision']}, {host['iterations']} timed "
-            f"inferences, on the ceilings measured in the same run: {c['peak_tflops'] * 1e3:.1f} GFLOP/s GEMM, "
-            f"{c['bandwidth_gbs']:.1f} GB/s):",
-            "",
-            table(
-                ["phase", "measured p50 ms", "floor ms", "share of the roofline"],
-                [
-                    [p["phase"], ms(p["measured_ms"]), ms(p["floor_ms"]), pct(p["share_of_roofline"], 1)]
-                    for p in host["phases"]
-                ],
-            ),
-        ]
-    lines += ["", provenance(meta)]
     return "\n".join(lines)
 
 

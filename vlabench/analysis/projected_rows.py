@@ -41,3 +41,9 @@ class ProjectedRow(BaseModel):
     price_usd: float | None
     price_source: str | None
     parameters_source: str = Field(description="where the stack's fitted parameters came from")
+    inference_hz: float = Field(description="projected inferences per second (1 / e2e)")
+    actions_per_chunk: int = Field(gt=0)
+    usd_per_million_actions: float | None = Field(description="analysis.cet cost model on the estimated energy")
+    share_of_peak: float = Field(description="the stack's fitted achieved share of the datasheet peak")
+    dispatch_us: float = Field(description="the stack's fitted cost per kernel on the reference host")
+    host_factor: float = Field(description="the device's host factor applied to the per-kernel cost")

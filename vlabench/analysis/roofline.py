@@ -2,7 +2,8 @@
 
 Each operator's time floor is ``max(FLOPs / peak, bytes / bandwidth)``; a phase's floor is the sum over its
 operators (finer than one max over the whole phase, which would let compute-bound and memory-bound operators
-hide each other). A projection to a device that is not present divides the floor by an efficiency factor.
+hide each other). A projection to a device that is not present either divides the floor by a given efficiency
+(``project``) or stores the fitted projection model's phases (``apply_projection``, see ``analysis.projection``).
 """
 
 from __future__ import annotations
@@ -233,6 +234,19 @@ def project(report: RooflineReport, efficiency: Mapping[str, float], source: str
         efficiency=used,
         efficiency_source=source,
     )
+    return report
+
+
+def apply_projection(
+    report: RooflineReport, phases_ms: Mapping[str, float], method: str, efficiency: Mapping[str, float], source: str
+) -> RooflineReport:
+    """Store a projection computed elsewhere (``analysis.projection``): vision, prefill, action and e2e in ms;
+    one denoising step is the action phase over the steps computed."""
+    phases = {p.phase: p for p in report.phases}
+    for name in ("vision", "prefill", "action", "e2e"):
+        phases[name].projected_ms = phases_ms[name]
+    phases["denoise_step"].projected_ms = phases_ms["action"] / report.computed_steps
+    report.projection = Projection(method=method, efficiency=dict(efficiency), efficiency_source=source)
     return report
 
 

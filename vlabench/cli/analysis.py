@@ -1,4 +1,5 @@
-"""``vlabench roofline``, ``fidelity`` and ``calibrate dp-cache``: analytic bounds, and what the optimizations cost."""
+"""``vlabench roofline``, ``project``, ``fidelity`` and ``calibrate dp-cache``: analytic bounds, projections, and what
+the optimizations cost."""
 
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def roofline(
     control_hz: Annotated[
         float, run_option("control_hz", help="Control-rate target for the feasibility verdict, Hz.")
     ] = 10.0,
+    stack: Annotated[
+        str, typer.Option(help="Projection without --efficiency/--calibrate: the fitted software stack to project.")
+    ] = "pytorch-eager",
     layers: Annotated[bool, typer.Option(help="Print the per-layer table (VLM and expert).")] = True,
     top: Annotated[int, number_option(Bounds(0, 10_000, integer=True), help="Heaviest operator kinds to list.")] = 12,
     html: Annotated[bool, typer.Option(help="Write the interactive roofline chart (HTML) into --out.")] = True,
@@ -88,6 +92,37 @@ def roofline(
     chart = out_dir / f"{report.model}_{report.device}_{report.precision}.roofline.html"
     written = [f"chart: [bold]{markup_safe(write_roofline_html(report, chart))}[/]"] if html else []
     show(as_json, outcome, roofline_renderables(outcome, layers), *written)
+
+
+def project(
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every (model, device, stack, precision) the profiles allow, narrowed by the flags."
+        ),
+    ] = False,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model name (repeatable).")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", "-d", help="Device profile (repeatable).")] = None,
+    stack: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Software stack (repeatable): pytorch-eager, pytorch-compiled, tensorrt, onnxruntime, openvino."
+        ),
+    ] = None,
+    precision: Annotated[list[str] | None, typer.Option(help="fp32, bf16 or fp16 (repeatable).")] = None,
+    control_hz: Annotated[float, run_option("control_hz", help="Control rate the cost model assumes, Hz.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the JSON to this file.")] = None,
+) -> None:
+    """Projected latency per phase, rate, estimated energy, cost and memory fit, each with its stack's
+    leave-one-out error band; never ranked with measured results."""
+    from vlabench.cli.views.project import project_renderables
+    from vlabench.commands.project import ProjectRequest, run_project, write_outcome
+
+    request = ProjectRequest(model or [], device or [], stack or [], precision or [], every, control_hz)
+    outcome = run_project(request)
+    written = [f"projection: [bold]{markup_safe(write_outcome(outcome, out_file))}[/]"] if out_file else []
+    show(as_json, outcome, project_renderables(outcome), *written)
 
 
 def fidelity(

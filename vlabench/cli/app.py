@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 import vlabench
-from vlabench.cli.analysis import calibrate_dp_cache, fidelity, roofline
+from vlabench.cli.analysis import calibrate_dp_cache, fidelity, project, roofline
 from vlabench.cli.catalog import devices, models, rank
 from vlabench.cli.fleet import compare, sweep, validate, worker
 from vlabench.cli.measure import loop, profile, run
@@ -65,7 +65,21 @@ def group(name: str, summary: str, commands: dict[str, Callable[..., Any]]) -> N
     app.add_typer(sub, name=name)
 
 
-for command in (run, models, devices, rank, profile, roofline, loop, fidelity, sweep, worker, compare, validate):
+for command in (
+    run,
+    models,
+    devices,
+    rank,
+    profile,
+    roofline,
+    project,
+    loop,
+    fidelity,
+    sweep,
+    worker,
+    compare,
+    validate,
+):
     app.command()(reports_errors(command))
 group("calibrate", "Offline calibrations.", {"dp-cache": calibrate_dp_cache})
 group("site", "The static CET leaderboard website.", {"build": build, "serve": serve})

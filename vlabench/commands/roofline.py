@@ -7,10 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from vlabench.analysis.cet import ExecutionModel, Gate, gate
 from vlabench.analysis.memory import estimate_footprint
-from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for, efficiency_from, project
+from vlabench.analysis.roofline import (
+    RooflineReport,
+    analyze,
+    apply_projection,
+    ceilings_for,
+    efficiency_from,
+    project,
+)
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import (
@@ -42,14 +50,18 @@ class RooflineRequest:
     efficiency: float | None = None
     calibrate: Path | None = None  # a result whose measured share of the roofline calibrates the projection
     control_hz: float = 10.0
+    stack: str = "pytorch-eager"  # the fitted stack the default projection uses
 
 
 class Feasibility(BaseModel):
+    """The projected latency through ``analysis.cet.gate`` (per-step by default) and the memory check."""
+
     label: str
     e2e_ms: float
-    action_hz: float
+    action_hz: float = Field(description="actions the robot executes per second (the gate's delivered rate)")
     control_hz: float
     meets_control_rate: bool
+    gate: Gate
     footprint_gb: float
     memory_gb: float | None
     fits_memory: bool | None
@@ -99,9 +111,12 @@ def run_roofline(request: RooflineRequest) -> RooflineOutcome:
             + (" (drop --no-measure-ceilings)" if torch_device is not None else "")
         )
     feasibility = None
-    if torch_device is None or request.efficiency is not None or request.calibrate is not None:
+    if request.efficiency is not None or request.calibrate is not None:
         efficiency, source = _efficiency(request)
         project(report, efficiency, source)
+        feasibility = _feasibility(report, spec, workload, request.precision, profile, request.control_hz)
+    elif torch_device is None:
+        _model_projection(report, spec, workload, request.precision, profile, request.stack)
         feasibility = _feasibility(report, spec, workload, request.precision, profile, request.control_hz)
     return RooflineOutcome(
         report=report, present=torch_device is not None, measured_ceilings=measured, feasibility=feasibility
@@ -120,9 +135,27 @@ def _efficiency(request: RooflineRequest) -> tuple[dict[str, float], str]:
             f"measured share of the roofline of {result.model.name} on {result.device.profile} "
             f"({result.backend}, {result.precision}) in {request.calibrate.name}"
         )
-    if request.efficiency is not None:
-        return {"e2e": request.efficiency}, f"--efficiency {request.efficiency:g}"
-    return {"e2e": 1.0}, "none: 100% of the roofline, a lower bound on latency"
+    return {"e2e": request.efficiency or 1.0}, f"--efficiency {request.efficiency:g}"
+
+
+def _model_projection(
+    report: RooflineReport, spec, workload: Workload, precision: str, profile: DeviceProfile, stack: str
+) -> None:
+    """The fitted projection model (``vlabench project``) for ``stack``: roofline / share + kernels x dispatch."""
+    from vlabench.analysis.projection_score import fitted_model, model_inputs, project_phases
+
+    model = fitted_model()
+    inputs = model_inputs(spec, workload, precision, profile)
+    projected = project_phases(inputs, model.parameters, stack, profile.name, profile.kind)
+    band = model.error_band(stack)
+    apply_projection(
+        report,
+        projected.phases_ms,
+        "fitted model: per-operator roofline / the stack's achieved share of peak + kernels x cost per kernel x "
+        f"host factor; leave-one-out error band {'none' if band is None else f'±{band:.0%}'}",
+        {"e2e": projected.share_of_peak},
+        projected.parameters_source,
+    )
 
 
 def _measured_phases(path: Path, model: str, workload: Workload, precision: str) -> dict[str, float]:
@@ -145,15 +178,16 @@ def _feasibility(
     report: RooflineReport, spec, workload: Workload, precision: str, profile: DeviceProfile, control_hz: float
 ) -> Feasibility:
     e2e_ms = report.phase("e2e").projected_ms or 0.0
-    action_hz = workload.actions_per_chunk * 1000.0 / e2e_ms if e2e_ms else 0.0
+    verdict = gate(e2e_ms, e2e_ms, control_hz, ExecutionModel())  # no p99 is projected: gated on the projection
     footprint_gb = estimate_footprint(spec, workload, precision).total_bytes / 1e9
     memory_gb = profile.memory_gb.value if profile.memory_gb else None
     return Feasibility(
         label="projected",
         e2e_ms=e2e_ms,
-        action_hz=action_hz,
+        action_hz=verdict.delivered_action_hz,
         control_hz=control_hz,
-        meets_control_rate=action_hz >= control_hz,
+        meets_control_rate=verdict.meets_target,
+        gate=verdict,
         footprint_gb=footprint_gb,
         memory_gb=memory_gb,
         fits_memory=footprint_gb <= memory_gb if memory_gb else None,

@@ -1,0 +1,189 @@
+"""The projection model: its arithmetic, kernel counts per stack, honest leave-one-out, and ``vlabench project``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vlabench.analysis import projection_score
+from vlabench.analysis.kernel_counts import count_kernels, fused_count
+from vlabench.analysis.projection_fit import FittedParameters, Observation, StackParameters, fit
+from vlabench.analysis.projection_score import Inputs, project_phases, score_projections
+from vlabench.analysis.reported import ReportedLatency
+from vlabench.cli import app
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload
+
+TINY = [
+    "act-tiny",
+    "diffusion-policy-tiny",
+    "gr00t-n1.5-tiny",
+    "openvla-7b-tiny",
+    "openvla-oft-tiny",
+    "pi0-fast-tiny",
+    "pi0-tiny",
+    "pi05-tiny",
+    "smolvla-tiny",
+]
+
+
+def entry(model: str, device: str, stack: str, ms: float, precision: str = "bf16") -> ReportedLatency:
+    spec = load_model_spec(model)
+    return ReportedLatency(
+        model=model,
+        device=device,
+        precision=precision,
+        cameras=spec.cameras,
+        steps=Workload.from_spec(spec).steps,
+        stack=stack,
+        phases_ms={"e2e": ms},
+        source="test data, not a published figure",
+    )
+
+
+# Test data only: a small set of entries on tiny models, so fitting needs no full-size trace.
+ENTRIES = [
+    entry("smolvla-tiny", "rtx-4090", "pytorch-eager", 20.0),
+    entry("pi0-tiny", "rtx-4090", "pytorch-eager", 25.0),
+    entry("smolvla-tiny", "jetson-thor", "pytorch-eager", 50.0),
+    entry("pi0-tiny", "jetson-thor", "pytorch-eager", 60.0),
+    entry("pi0-tiny", "rtx-4090", "pytorch-compiled", 8.0),
+    entry("smolvla-tiny", "jetson-thor", "pytorch-compiled", 20.0),
+]
+
+
+@pytest.fixture
+def tiny_entries(monkeypatch):
+    """Fit the model on ``ENTRIES`` instead of the published table (fast), and forget it afterwards."""
+    monkeypatch.setattr(projection_score, "reported_latencies", lambda: ENTRIES)
+    projection_score.fitted_model.cache_clear()
+    yield ENTRIES
+    projection_score.fitted_model.cache_clear()
+
+
+def params(**hosts: float) -> FittedParameters:
+    return FittedParameters(
+        stacks={
+            "pytorch-eager": StackParameters(share_of_peak=0.25, dispatch_us=10.0, fitted_on="x", observations=1),
+            "pytorch-compiled": StackParameters(share_of_peak=0.5, dispatch_us=4.0, fitted_on="x", observations=1),
+        },
+        host_factor=hosts,
+        device_kinds={name: "soc" for name in hosts},
+        observations=["x"],
+    )
+
+
+def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host():
+    inputs = Inputs(
+        roofline_ms={"vision": 1.0, "prefill": 2.0, "action": 4.0, "e2e": 7.0},
+        kernels={
+            "eager": {"vision": 100, "prefill": 200, "action": 400, "e2e": 700},
+            "fused": {"vision": 10, "prefill": 20, "action": 40, "e2e": 70},
+        },
+    )
+    eager = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-eager", "jetson-thor", "soc")
+    assert eager.phases_ms["prefill"] == pytest.approx(2.0 / 0.25 + 200 * 10e-3 * 3.0)
+    assert eager.phases_ms["e2e"] == pytest.approx(sum(eager.phases_ms[p] for p in ("vision", "prefill", "action")))
+    assert eager.busy_share == pytest.approx((7.0 / 0.25) / eager.phases_ms["e2e"])
+    compiled = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-compiled", "jetson-thor", "soc")
+    assert compiled.kernels["action"] == 40  # the fused count
+    assert compiled.phases_ms["action"] == pytest.approx(4.0 / 0.5 + 40 * 4e-3 * 3.0)
+    # a device with no fitted factor takes the median of fitted devices of its kind; tensorrt borrows its stack's
+    other = project_phases(inputs, params(**{"jetson-thor": 3.0}), "tensorrt", "jetson-orin-nano-8gb", "soc")
+    assert other.host_factor == 3.0 and "borrowed from pytorch-compiled" in other.parameters_source
+
+
+def test_fused_stacks_launch_fewer_kernels_than_eager():
+    assert fused_count([True, False, False, True, False, True, True]) == 6  # 4 anchors, 2 fused runs
+    spec = load_model_spec("smolvla-tiny")
+    counts = count_kernels(spec, Workload.from_spec(spec), "fp32")
+    for phase in ("vision", "prefill", "denoise_step"):
+        assert 0 < counts.fused[phase] < counts.eager[phase]
+    assert counts.per_phase("eager", 3)["action"] == 3 * counts.eager["denoise_step"]
+
+
+def test_the_fit_recovers_parameters_of_noiseless_data():
+    truth = {"share": 0.4, "dispatch_ms": 0.02, "host": 5.0}
+    observations = []
+    for i, (roofline, kernels) in enumerate([(10.0, 1000), (40.0, 500), (5.0, 4000), (80.0, 3000)]):
+        for device, host in (("rtx-4090", 1.0), ("jetson-thor", truth["host"])):
+            ms = roofline / truth["share"] + kernels * truth["dispatch_ms"] * host
+            observations.append(Observation(f"{i} {device}", "pytorch-eager", device, "soc", roofline, kernels, ms))
+    fitted = fit(observations)
+    assert fitted.stacks["pytorch-eager"].share_of_peak == pytest.approx(truth["share"], rel=0.05)
+    assert fitted.stacks["pytorch-eager"].dispatch_us == pytest.approx(truth["dispatch_ms"] * 1e3, rel=0.05)
+    assert fitted.host_factor["jetson-thor"] == pytest.approx(truth["host"], rel=0.05)
+
+
+def test_leave_one_out_never_uses_the_held_out_entry():
+    held_out = ENTRIES[1]
+    base = {s.entry.model + s.entry.device + s.entry.stack: s for s in score_projections(ENTRIES)}
+    key = held_out.model + held_out.device + held_out.stack
+    changed = [*ENTRIES[:1], held_out.model_copy(update={"phases_ms": {"e2e": 250.0}}), *ENTRIES[2:]]
+    again = {s.entry.model + s.entry.device + s.entry.stack: s for s in score_projections(changed)}
+    assert again[key].projected_ms == pytest.approx(base[key].projected_ms, rel=1e-9)
+    assert again[key].reported_ms == 250.0 and again[key].fitted_on == len(ENTRIES) - 1
+    other = ENTRIES[0].model + ENTRIES[0].device + ENTRIES[0].stack
+    assert again[other].projected_ms != pytest.approx(base[other].projected_ms, rel=1e-3)  # others do see it
+
+
+def test_project_all_json_gives_labelled_rows_with_bands_for_every_family(tiny_entries, tmp_path):
+    out = tmp_path / "projected.json"
+    args = ["project", "--all", *[a for m in TINY for a in ("--model", m)], "--device", "rtx-4090"]
+    result = CliRunner().invoke(app, [*args, "--precision", "bf16", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert document["label"] == "projected" and document["ranked"] is False
+    rows = document["rows"]
+    assert {load_model_spec(r["model"]).family for r in rows} == {load_model_spec(m).family for m in TINY}
+    assert {r["stack"] for r in rows} == {"pytorch-eager", "pytorch-compiled", "onnxruntime", "tensorrt"}
+    for row in rows:
+        assert row["label"] == "projected" and row["energy_label"] == "estimated"
+        assert row["phases_ms"]["e2e"] == pytest.approx(
+            sum(row["phases_ms"][p] for p in ("vision", "prefill", "action"))
+        )
+        assert row["inference_hz"] == pytest.approx(1000 / row["phases_ms"]["e2e"])
+        assert row["joules_per_inference"] > 0 and row["fits"] is True
+        if row["stack"] in ("pytorch-eager", "pytorch-compiled"):
+            assert row["error_band"] > 0  # scored leave-one-out on its own entries
+        else:
+            assert row["error_band"] is None  # no entry of its own: no band is invented
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "smolvla-tin", "--device", "rtx-4090"], "Did you mean 'smolvla-tiny'"),
+        (["--model", "smolvla-tiny", "--device", "rtx-4900"], "Did you mean 'rtx-4090'"),
+        (["--model", "smolvla-tiny", "--device", "rtx-4090", "--stack", "tensorrtt"], "Did you mean 'tensorrt'"),
+        (["--model", "smolvla-tiny", "--device", "rtx-4090", "--stack", "openvino"], "does not run the openvino"),
+        (["--model", "smolvla-tiny"], "one --model and one --device, or --all"),
+    ],
+)
+def test_bad_names_get_one_line_errors_with_suggestions(tiny_entries, args, message):
+    result = CliRunner().invoke(app, ["project", *args])
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_model_that_does_not_fit_says_so(tiny_entries):
+    args = [
+        "project",
+        "--model",
+        "pi0",
+        "--device",
+        "jetson-orin-nano-8gb",
+        "--stack",
+        "pytorch-eager",
+        "--precision",
+        "fp32",
+    ]
+    runner = CliRunner()
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    assert row["fits"] is False and row["memory_needed_gb"] > row["usable_memory_gb"] == 8
+    table = runner.invoke(app, args, env={"COLUMNS": "250"})
+    assert "does NOT fit" in table.output

@@ -1,0 +1,175 @@
+"""Projected rows: every (model, device, stack, precision) the profiles allow, from the fitted projection model.
+
+Latency per phase comes from ``projection_score.project_phases`` (roofline / achieved share of peak + kernels ×
+dispatch cost × host factor) with the parameters fitted on every published latency, and the stack's leave-one-out
+error band. Energy is estimated, never measured: ``P = idle + (TDP - idle) × utilization`` over the projected
+latency, where utilization is the share of the latency the model spends in kernels (the roofline part), the same
+linear power model as ``vlabench run --energy-meter estimated``. Cost follows ``analysis.cet.cost_report``.
+"""
+
+from __future__ import annotations
+
+from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
+from vlabench.analysis.memory import estimate_footprint
+from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.analysis.projection_fit import get_stack, stack_for_backend, stacks
+from vlabench.analysis.projection_score import entry_inputs, fitted_model, model_inputs, project_phases
+from vlabench.errors import InputError, unknown_name
+from vlabench.hardware.devices import DeviceProfile, all_profiles, load_device_profile
+from vlabench.models.specs import load_model_spec, model_names
+from vlabench.models.workload import Workload
+from vlabench.telemetry.energy.select import ASSUMED_IDLE_SHARE
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+ENERGY_METHOD = "estimated: (idle + (TDP - idle) x utilization) x projected latency; utilization = kernel-busy share"
+
+
+def _idle_w(profile: DeviceProfile) -> float | None:
+    if profile.tdp_w is None:
+        return None
+    return profile.idle_w.value if profile.idle_w else profile.tdp_w.value * ASSUMED_IDLE_SHARE
+
+
+def joules(profile: DeviceProfile, latency_ms: float, utilization: float) -> float | None:
+    """Estimated J of one inference: the linear power model over ``latency_ms`` (None: the profile has no TDP)."""
+    idle = _idle_w(profile)
+    if profile.tdp_w is None or idle is None:
+        return None
+    watts = idle + (profile.tdp_w.value - idle) * min(1.0, max(0.0, utilization))
+    return watts * latency_ms / 1e3
+
+
+def estimated_joules_per_inference(
+    model: str,
+    device: str,
+    precision: str,
+    latency_ms: float,
+    stack: str = "pytorch-eager",
+    cameras: int | None = None,
+    steps: int | None = None,
+) -> float | None:
+    """Estimated J per inference at a given (e.g. published) latency: utilization is the share of it the fitted
+    stack's kernels keep the device busy (roofline / share of peak), capped at 1; None without a TDP or ceiling."""
+    profile = load_device_profile(device)
+    if profile.tdp_w is None or latency_ms <= 0:
+        return None
+    spec = load_model_spec(model)
+    workload = Workload.from_spec(spec, cameras, steps)
+    try:
+        inputs = entry_inputs(model, device, precision, workload.cameras, workload.steps)
+    except InputError:
+        return None
+    share = fitted_model().parameters.for_stack(stack)[0].share_of_peak
+    return joules(profile, latency_ms, inputs.roofline_ms["e2e"] / share / latency_ms)
+
+
+def device_stacks(profile: DeviceProfile) -> list[str]:
+    """The stacks the device's backends run, in the profile's order."""
+    found = [stack_for_backend(backend) for backend in profile.backends]
+    return [s.name for s in found if s is not None]
+
+
+def _precisions(profile: DeviceProfile) -> list[str]:
+    return [p for p in PRECISIONS if p in profile.peak_tflops and profile.bandwidth_gbs is not None]
+
+
+def project_one(model: str, device: str, stack: str, precision: str, control_hz: float = 10.0) -> ProjectedRow:
+    """One projected row; refuses a stack the device does not run and a precision it has no ceiling for."""
+    spec, profile, definition = load_model_spec(model), load_device_profile(device), get_stack(stack)
+    allowed = device_stacks(profile)
+    if stack not in allowed:
+        raise InputError(
+            f"{device} does not run the {stack} stack (no {definition.backend or stack} backend in its profile); "
+            f"its stacks: {', '.join(allowed) or 'none'}"
+        )
+    if precision not in _precisions(profile):
+        raise InputError(
+            f"{device} has no {precision} peak and bandwidth in its profile; projectable precisions: "
+            f"{', '.join(_precisions(profile)) or 'none (its ceilings are measured on the host)'}"
+        )
+    model_fit = fitted_model()
+    workload = Workload.from_spec(spec)
+    inputs = model_inputs(spec, workload, precision, profile)
+    projected = project_phases(inputs, model_fit.parameters, stack, device, profile.kind)
+    e2e = projected.phases_ms["e2e"]
+    needed = estimate_footprint(spec, workload, precision).total_bytes / 1e9
+    usable = profile.memory_gb.value if profile.memory_gb else None
+    energy = joules(profile, e2e, projected.busy_share)
+    idle = _idle_w(profile)
+    price = profile.price
+    cost = None
+    if energy is not None and idle is not None:
+        cost = cost_report(
+            price_usd=price.usd if price else None,
+            price_source=price.source if price else None,
+            price_estimate=False,
+            joules_per_inference=energy,
+            idle_w=idle,
+            energy_label="estimated",
+            latency_p50_ms=e2e,
+            control_hz=control_hz,
+            execution=ExecutionModel(),
+            assumptions=CostAssumptions(),
+        )
+    return ProjectedRow(
+        model=spec.name,
+        family=spec.family,
+        device=profile.name,
+        device_kind=profile.kind,
+        stack=stack,
+        precision=precision,
+        cameras=workload.cameras,
+        steps=workload.steps,
+        phases_ms={phase: projected.phases_ms[phase] for phase in ("vision", "prefill", "action", "e2e")},
+        kernel_counts=projected.kernels,
+        error_band=model_fit.error_band(stack),
+        memory_needed_gb=needed,
+        usable_memory_gb=usable,
+        fits=needed <= usable if usable is not None else None,
+        joules_per_inference=energy,
+        energy_method=ENERGY_METHOD,
+        idle_w=idle,
+        price_usd=price.usd if price else None,
+        price_source=price.source if price else None,
+        parameters_source=projected.parameters_source,
+        inference_hz=1000.0 / e2e,
+        actions_per_chunk=workload.actions_per_chunk,
+        usd_per_million_actions=cost.usd_per_million_actions if cost else None,
+        share_of_peak=projected.share_of_peak,
+        dispatch_us=projected.dispatch_us,
+        host_factor=projected.host_factor,
+    )
+
+
+def project_all(
+    models: list[str] | None = None,
+    devices: list[str] | None = None,
+    stack_names: list[str] | None = None,
+    precisions: list[str] | None = None,
+    control_hz: float = 10.0,
+) -> list[ProjectedRow]:
+    """Every (model, device, stack, precision) the profiles allow, narrowed by the given lists (None: all; the
+    ``-tiny`` test models only when named)."""
+    for name in stack_names or []:
+        get_stack(name)
+    for name in precisions or []:
+        if name not in PRECISIONS:
+            raise unknown_name("precision", name, PRECISIONS)
+    chosen_models = models or [m for m in model_names() if not m.endswith("-tiny")]
+    profiles = [load_device_profile(d) for d in devices] if devices else all_profiles()
+    rows = []
+    for model in chosen_models:
+        load_model_spec(model)
+        for profile in profiles:
+            for stack in device_stacks(profile):
+                if stack_names and stack not in stack_names:
+                    continue
+                for precision in _precisions(profile):
+                    if precisions and precision not in precisions:
+                        continue
+                    rows.append(project_one(model, profile.name, stack, precision, control_hz))
+    return rows
+
+
+def known_stacks() -> list[str]:
+    return list(stacks())

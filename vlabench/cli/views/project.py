@@ -1,0 +1,74 @@
+"""Rich rendering of ``vlabench project``: projected rows (never ranked with measured ones) and their parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from vlabench.cli.views.tables import titled_table
+from vlabench.commands.project import ProjectOutcome
+
+
+def _num(value: float | None, digits: str = ",.1f") -> str:
+    return "—" if value is None else format(value, digits)
+
+
+def _band(value: float | None) -> str:
+    return "none (no entry to score)" if value is None else f"±{value:.0%}"
+
+
+def project_renderables(outcome: ProjectOutcome) -> list[Any]:
+    """The projected rows table, the fitted parameters and the method."""
+    columns = [
+        "model",
+        "device",
+        "stack",
+        "precision",
+        "vision ms",
+        "prefill ms",
+        "action ms",
+        "e2e ms",
+        "error band",
+        "inferences/s",
+        "J/inference (est.)",
+        "$/M actions",
+        "GB needed / on device",
+        "fits",
+    ]
+    numeric = {c for c in columns if c.endswith(("ms", "/s", "(est.)", "actions", "device"))}
+    rows = titled_table("projected (not measured; unranked)", columns, numeric)
+    for r in outcome.rows:
+        fits = "—" if r.fits is None else ("yes" if r.fits else "does NOT fit")
+        rows.add_row(
+            r.model,
+            r.device,
+            r.stack,
+            r.precision,
+            *(_num(r.phases_ms[p]) for p in ("vision", "prefill", "action", "e2e")),
+            _band(r.error_band),
+            _num(r.inference_hz, ".2f"),
+            _num(r.joules_per_inference),
+            _num(r.usd_per_million_actions, ",.2f"),
+            f"{r.memory_needed_gb:.1f} / {_num(r.usable_memory_gb, 'g')}",
+            Text(fits, style="bold red") if r.fits is False else fits,
+        )
+    params = titled_table(
+        "fitted stack parameters", ["stack", "share of peak", "µs per kernel", "fitted on", "entries", "error band"]
+    )
+    for name, value in outcome.parameters.stacks.items():
+        params.add_row(
+            name,
+            f"{value.share_of_peak:.1%}",
+            f"{value.dispatch_us:.2f}",
+            value.fitted_on,
+            str(value.observations),
+            _band(outcome.error_bands.get(name)),
+        )
+    hosts = ", ".join(f"{d} ×{v:.3g}" for d, v in sorted(outcome.parameters.host_factor.items()))
+    return [
+        rows,
+        params,
+        Text(f"host factors (per-kernel cost relative to the reference host): {hosts}"),
+        Text(f"method: {outcome.method}", style="dim"),
+    ]
