@@ -1,4 +1,9 @@
-"""OpenVINO over the exported fp32 graphs, on the OpenVINO device named by ``device_target`` (CPU, GPU.1, NPU, AUTO)."""
+"""OpenVINO over the exported fp32 graphs, on the OpenVINO device named by ``device_target`` (CPU, GPU.1, NPU, AUTO).
+
+The graphs run from OpenVINO IR (``openvino_ir``: precision-sensitive ops pinned to f32); bf16 and fp16 are
+OpenVINO's ``INFERENCE_PRECISION_HINT`` over the f32 IR, int8 and int4 are NNCF-quantized IR
+(``openvino_quantize``) run at f32 between quantized ops. Inputs and outputs stay f32 in the graphs.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,25 @@ from torch import Tensor
 
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
+from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
+from vlabench.backends.openvino_quantize import (
+    DEFAULT_SCHEME,
+    Calibration,
+    check_scheme,
+    describe,
+    nncf_missing,
+    quantized_ir,
+)
 from vlabench.errors import UnavailableError
 from vlabench.hardware.targets import ExecutionTarget, openvino_engine
+from vlabench.measure.action_loops import make_sampler
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
-from vlabench.models.workload import Workload
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
 
-ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}  # run precision -> OpenVINO inference precision
+ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32", "int4": "f32"}
+"""Run precision -> OpenVINO inference precision (quantized graphs: f32 between the quantized ops)."""
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
 
 
@@ -65,10 +81,13 @@ class OpenVinoPolicy(GraphPolicy):
             graph: {name for port in model.inputs for name in port.get_names()} for graph, model in compiled.items()
         }
         self.dtype = dtype
+        self.recorded: Calibration | None = None  # set to a dict to keep every call's feeds (calibration)
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> dict[str, Tensor]:
         """Inputs are shared zero-copy; outputs are copied out of the request's reused buffers."""
         present = {name: _numpy(value) for name, value in feeds.items() if name in self.inputs[graph]}
+        if self.recorded is not None:
+            self.recorded.setdefault(graph, []).append({name: array.copy() for name, array in present.items()})
         started = perf_counter_ns()
         results = self.requests[graph].infer(present, share_inputs=True, share_outputs=False)
         if self.profile_nodes:
@@ -137,9 +156,10 @@ class OpenVinoBackend(Backend):
     def from_options(cls, options: BackendOptions) -> OpenVinoBackend:
         return cls(options.device_target or "CPU", options.profile_nodes)
 
-    def __init__(self, target: str = "CPU", profile_nodes: bool = False) -> None:
+    def __init__(self, target: str = "CPU", profile_nodes: bool = False, int8_scheme: str = "ptq") -> None:
         self.target = target.upper()
         self.profile_nodes = profile_nodes
+        self.schemes = {**DEFAULT_SCHEME, "int8": check_scheme("int8", int8_scheme)}
 
     @cached_property
     def core(self) -> Any:
@@ -171,11 +191,14 @@ class OpenVinoBackend(Backend):
         return None
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
-        """The precisions every device of the target computes natively; others it would silently run in f32."""
+        """The float precisions every device of the target computes natively (others it would silently run in
+        f32), and int8/int4 through NNCF on CPU targets where NNCF is installed."""
         if self.unavailable_reason(device):
             return tuple(Precision.DTYPES)
         native = [set(self.core.get_property(name, "OPTIMIZATION_CAPABILITIES")) for name in self.hardware()]
-        return tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
+        floats = tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
+        on_cpu = all(openvino_engine(name) == "cpu" for name in self.hardware())
+        return floats + (Precision.QUANTIZED if on_cpu and nncf_missing() is None else ())
 
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
@@ -185,50 +208,105 @@ class OpenVinoBackend(Backend):
         if reason:
             raise UnavailableError(reason)
         if precision not in self.precisions(device):
+            missing = nncf_missing() if Precision.is_quantized(precision) else None
             raise UnavailableError(
-                f"OpenVINO device '{self.target}' has no native {precision} (it would silently run f32); "
+                missing
+                or f"OpenVINO device '{self.target}' has no native {precision} (it would silently run f32); "
                 f"precisions here: {', '.join(self.precisions(device))}"
             )
         exported = export_onnx(spec, workload, "fp32", seed)
-        cache_dir = cache_root() / "openvino"
-        config: dict[str, Any] = {
-            "INFERENCE_PRECISION_HINT": getattr(ov.Type, ELEMENT_TYPES[precision]),
-            "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
-            "CACHE_DIR": str(cache_dir),
-            "PERF_COUNT": self.profile_nodes,
-        }
-        supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
-        if all("INFERENCE_NUM_THREADS" in properties for properties in supported):  # a CPU-plugin setting
-            config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
-        compiled = {
-            graph: self.core.compile_model(self.core.read_model(str(exported.graph(graph))), self.target, config)
-            for graph in exported.graphs
-        }
+        source = float_ir(exported)
+        ir, quantization = source, {}
+        if Precision.is_quantized(precision):
+            scheme = self.schemes[precision]
+
+            def calibrate(first: int, count: int) -> Calibration:
+                return self._calibration(source, exported, spec, workload, first, count)
+
+            ir = quantized_ir(source, workload.model_dump(), precision, scheme, seed, calibrate)
+            quantization = {
+                "quantization": describe(precision, scheme, ir.meta),
+                "quantization_scheme": scheme,
+                "nncf": ir.meta["nncf"],
+                "quantized_ir_reused": ir.reused,
+            }
+        config = self._config(precision)
+        models = {graph: self.core.read_model(str(ir.xml(graph))) for graph in exported.graphs}
+        if precision in Precision.REDUCED and not all(
+            marks_honoured(models[graph], ir.marked.get(graph, [])) for graph in models
+        ):
+            raise UnavailableError(
+                f"OpenVINO {ov.__version__} does not read the IR's keep-f32 marks (DisablePrecisionConversion): "
+                f"its {precision} would round the time embedding and RoPE angles and fail the correctness gate; "
+                "use fp32 or OpenVINO >= 2025"
+            )
+        compiled = {graph: self.core.compile_model(model, self.target, config) for graph, model in models.items()}
         requested = ELEMENT_TYPES[precision]
         effective = sorted({name for model in compiled.values() if (name := self._precision(model))})
         if effective and effective != [requested]:
             raise UnavailableError(
                 f"OpenVINO device '{self.target}' was asked for {requested} but runs {', '.join(effective)}"
             )
-        denoise = compiled["prefill"]
-        hint = self._property(denoise, "PERFORMANCE_HINT")  # a str, or a PerformanceMode from AUTO
-        details = {
-            "openvino": ov.__version__,
+        details = self._details(compiled["prefill"], requested, effective, exported.folder, exported.reused, ir)
+        cache_type = load_cache_class(exported.cache_class)
+        return OpenVinoPolicy(
+            compiled,
+            Precision.dtype(precision),
+            {**details, **quantization},
+            exported.graphs,
+            cache_type,
+            self.profile_nodes,
+        )
+
+    def _config(self, precision: str) -> dict[str, Any]:
+        ov = _openvino()
+        config: dict[str, Any] = {
+            "INFERENCE_PRECISION_HINT": getattr(ov.Type, ELEMENT_TYPES[precision]),
+            "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
+            "CACHE_DIR": str(cache_root() / "openvino"),
+            "PERF_COUNT": self.profile_nodes,
+        }
+        supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
+        if all("INFERENCE_NUM_THREADS" in properties for properties in supported):  # a CPU-plugin setting
+            config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
+        return config
+
+    def _details(
+        self, model: Any, requested: str, effective: list[str], onnx: Any, onnx_reused: bool, ir: IrModel
+    ) -> dict[str, Any]:
+        hint = self._property(model, "PERFORMANCE_HINT")  # a str, or a PerformanceMode from AUTO
+        return {
+            "openvino": _openvino().__version__,
             "device_target": self.target,
-            "execution_devices": self._property(denoise, "EXECUTION_DEVICES"),
+            "execution_devices": self._property(model, "EXECUTION_DEVICES"),
             "full_device_name": ", ".join(self.core.get_property(name, "FULL_DEVICE_NAME") for name in self.hardware()),
             "requested_inference_precision": requested,
             "effective_inference_precision": effective[0] if effective else None,
             "performance_hint": getattr(hint, "name", hint),
-            "inference_num_threads": self._property(denoise, "INFERENCE_NUM_THREADS"),
-            "cache_dir": str(cache_dir),
-            "onnx_folder": str(exported.folder),
-            "onnx_reused": exported.reused,
+            "inference_num_threads": self._property(model, "INFERENCE_NUM_THREADS"),
+            "dynamic_quantization_group_size": self._property(model, "DYNAMIC_QUANTIZATION_GROUP_SIZE"),
+            "kept_f32_ops": sum(len(names) for names in ir.marked.values()),
+            "cache_dir": str(cache_root() / "openvino"),
+            "onnx_folder": str(onnx),
+            "onnx_reused": onnx_reused,
+            "ir_folder": str(ir.folder),
+            "ir_reused": ir.reused,
         }
-        cache_type = load_cache_class(exported.cache_class)
-        return OpenVinoPolicy(
-            compiled, Precision.DTYPES[precision], details, exported.graphs, cache_type, self.profile_nodes
-        )
+
+    def _calibration(
+        self, source: IrModel, exported: Any, spec: ModelSpec, workload: Workload, first: int, count: int
+    ) -> Calibration:
+        """Every graph call's inputs while the f32 IR samples chunks for ``count`` seeded observations and noise."""
+        cpu = torch.device("cpu")
+        config = {**self._config("fp32"), "PERF_COUNT": False}
+        compiled = {graph: self.core.compile_model(str(source.xml(graph)), "CPU", config) for graph in exported.graphs}
+        policy = OpenVinoPolicy(compiled, torch.float32, {}, exported.graphs, load_cache_class(exported.cache_class))
+        policy.recorded = {}
+        sampler = make_sampler(spec, workload, cpu)
+        for seed in range(first, first + count):
+            obs = synthetic_observation(spec, workload, seed, torch.float32, cpu)
+            sampler.sample(policy, policy.prefix(obs), initial_noise(workload, seed, torch.float32, cpu))
+        return policy.recorded
 
     @staticmethod
     def _property(model: Any, key: str) -> Any:

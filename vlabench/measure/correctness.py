@@ -30,7 +30,14 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(max_relative_error=1e-3, min_cosine=0.99999),
     "fp16": Tolerance(max_relative_error=5e-2, min_cosine=0.999),
     "bf16": Tolerance(max_relative_error=0.25, min_cosine=0.99),
+    "int8": Tolerance(max_relative_error=0.25, min_cosine=0.99),
+    "int4": Tolerance(max_relative_error=0.5, min_cosine=0.95),
 }
+"""Per-precision bounds (rationale and measurements: docs/precision.md, "Correctness tolerances per precision").
+int8 gets bf16's bounds: an int8 code and a bf16 mantissa both carry about 8 significant bits, and per-channel
+scales keep int8 weights within one step of 1/254 of each channel's range. int4 steps are 16× coarser (1/14 of a
+group's range), so its bounds are wider; a corrupted or mis-scaled quantization still lands far outside them
+(tests/test_openvino_precision.py checks both sides)."""
 
 
 class Correctness(BaseModel):
