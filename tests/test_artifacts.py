@@ -44,7 +44,7 @@ def _legacy(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def run() -> RunResult:
-    """A current (schema 1.1) run result."""
+    """A current (schema 1.2) run result."""
     return RunResult.model_validate(_legacy(LEGACY_RUN)).model_copy(
         update={"schema_version": SCHEMA_VERSION, "run_id": "1" * 32}
     )
@@ -94,10 +94,10 @@ def test_every_artifact_extends_the_header_with_its_own_kind_and_a_schema_versio
         assert "AwareDatetime" in str(cls.model_fields[name].annotation)
 
 
-def test_kinds_are_distinct_and_the_run_schema_is_1_1():
+def test_kinds_are_distinct_and_the_run_schema_is_1_2():
     kinds = [cls.model_fields["kind"].default for cls in ARTIFACTS]
     assert len(set(kinds)) == len(kinds) and kinds[0] == "run"
-    assert SCHEMA_VERSION == "1.1" and RunResult.model_fields["schema_version"].default == "1.1"
+    assert SCHEMA_VERSION == "1.2" and RunResult.model_fields["schema_version"].default == "1.2"
 
 
 def test_written_artifacts_start_with_kind_and_schema_version(run, profile, loop, calibration, record):
@@ -166,7 +166,7 @@ def test_load_result_refuses_other_kinds_and_unknown_schemas(run, profile, tmp_p
     data = json.loads(run.model_dump_json())
     future = tmp_path / "future.json"
     future.write_text(json.dumps({**data, "schema_version": "2.0"}))
-    with pytest.raises(InputError, match=r"schema_version '2.0' is not a supported run schema \('1.0', '1.1'\)"):
+    with pytest.raises(InputError, match=r"schema_version '2.0' is not a supported run schema \('1.0', '1.1', '1.2'\)"):
         load_result(future)
     kindless = tmp_path / "kindless.json"
     kindless.write_text(json.dumps({k: v for k, v in data.items() if k != "kind"}))
@@ -213,7 +213,7 @@ def test_readers_pass_over_every_other_artifact_and_traces_quietly(mixed, run, c
     (mixed / ".partial-x.json").write_text(run.model_dump_json()[:100])  # a killed writer's temporary file
     loaded, skipped = load_results([mixed])
     assert sorted(path.name for path, _ in loaded) == ["old-run.json", "whatever.json"]
-    assert {result.schema_version for _, result in loaded} == {"1.0", "1.1"}
+    assert {result.schema_version for _, result in loaded} == {"1.0", SCHEMA_VERSION}
     assert skipped == [f"{mixed / 'foreign.json'}: not a vlabench artifact (no kind)"]
     assert sorted(path.name for path in result_files(mixed)) == ["old-run.json", "whatever.json"]
 
@@ -249,7 +249,10 @@ def test_validate_checks_run_results_by_kind_with_sensible_messages(mixed, tmp_p
     (ancient.parent / "foreign.json").write_text("[1, 2]")
     assert result_files(ancient.parent) == [ancient]
     [schema] = validate_file(ancient, requirements)
-    assert schema.field == "schema_version" and schema.message == "'0.1' is not a supported run schema ('1.0', '1.1')"
+    assert (
+        schema.field == "schema_version"
+        and schema.message == "'0.1' is not a supported run schema ('1.0', '1.1', '1.2')"
+    )
 
 
 def test_compare_matches_a_schema_1_0_baseline_with_a_current_candidate(tmp_path, run):

@@ -1,7 +1,15 @@
 import pandas as pd
 import pytest
 
-from vlabench.analysis.cet import CostAssumptions, cost_report, delivered_action_hz, feasibility, pareto_front, rank
+from vlabench.analysis.cet import (
+    CostAssumptions,
+    ExecutionModel,
+    cost_report,
+    delivered_hz,
+    feasibility,
+    pareto_front,
+    rank,
+)
 from vlabench.errors import InputError
 
 
@@ -14,7 +22,7 @@ def report(**overrides):
         idle_w=5.0,
         energy_label="measured",
         latency_p50_ms=100.0,
-        actions_per_chunk=5,
+        execution=ExecutionModel(mode="async", actions_per_chunk=5),
         control_hz=10.0,
         assumptions=CostAssumptions(lifetime_years=2.0, duty_cycle=0.5, electricity_usd_per_kwh=0.2),
     )
@@ -24,7 +32,7 @@ def report(**overrides):
 
 def test_cost_model_closed_form():
     cost = report()
-    # 10 actions/s at 5 per chunk -> 2 inferences/s -> 7200/h, busy 720 s/h; idle the other 2880 s at 5 W.
+    # async, 5 actions per chunk: 10 actions/s -> 2 inferences/s -> 7200/h, busy 720 s/h; idle the other 2880 s at 5 W.
     assert cost.actions_per_robot_hour == pytest.approx(36_000)
     assert cost.busy_fraction == pytest.approx(0.2)
     joules = 7200 * 10.0 + 2880 * 5.0
@@ -35,11 +43,21 @@ def test_cost_model_closed_form():
     assert cost.usd_per_robot_hour == pytest.approx(hardware + joules / 3.6e6 * 0.2)
     assert cost.usd_per_million_actions == pytest.approx(cost.usd_per_robot_hour / 36_000 * 1e6)
     assert cost.basis == "hardware+electricity"
+    assert cost.execution == ExecutionModel(mode="async", actions_per_chunk=5)
+
+
+def test_per_step_cost_counts_one_action_per_inference():
+    cost = report(execution=ExecutionModel())
+    # 10 inferences/s of 100 ms each: 36000 inferences per hour, busy the whole hour, one action from each.
+    assert cost.actions_per_robot_hour == pytest.approx(36_000)
+    assert cost.busy_fraction == pytest.approx(1.0)
+    assert cost.energy_kwh_per_robot_hour == pytest.approx(36_000 * 10.0 / 3.6e6)
 
 
 def test_a_slow_policy_delivers_its_own_rate_and_is_busy_all_the_time():
-    cost = report(latency_p50_ms=1000.0, actions_per_chunk=5)
-    assert delivered_action_hz(10.0, 5, 1000.0) == pytest.approx(5.0)
+    chunked = ExecutionModel(mode="async", actions_per_chunk=5)
+    cost = report(latency_p50_ms=1000.0, execution=chunked)
+    assert delivered_hz(1000.0, 10.0, chunked) == pytest.approx(5.0)
     assert cost.actions_per_robot_hour == pytest.approx(18_000)
     assert cost.busy_fraction == pytest.approx(1.0)
 
@@ -56,6 +74,7 @@ def row(name, p50, p99, joules, dollars, apc=5, need=1.0, memory=8.0, **extra):
         model=name,
         latency_p50_ms=p50,
         latency_p99_ms=p99,
+        execution="async",
         actions_per_chunk=apc,
         memory_needed_gb=need,
         device_memory_gb=memory,
@@ -66,11 +85,20 @@ def row(name, p50, p99, joules, dollars, apc=5, need=1.0, memory=8.0, **extra):
 
 
 def test_feasibility_gate_names_every_failed_condition():
-    ok, reasons = feasibility(row("a", 100, 400, 1, 1), control_hz=10)
-    assert ok and reasons == []
-    ok, reasons = feasibility(row("b", 100, 600, 1, 1, need=20.0, memory=12.0, valid=False), control_hz=10)
-    assert not ok
-    assert reasons == ["needs 20.0 GB > 12 GB memory", "8.3 actions/s at p99 < 10 Hz", "failed the correctness gate"]
+    verdict, reasons = feasibility(row("a", 100, 400, 1, 1), control_hz=10)
+    assert verdict.meets_target and reasons == []
+    failing = row("b", 100, 600, 1, 1, need=20.0, memory=12.0, valid=False, device_memory_nameplate_gb=16.0)
+    verdict, reasons = feasibility(failing, control_hz=10)
+    assert not verdict.meets_target
+    assert reasons == [
+        "needs 20.0 GB > 12 GB usable memory (16 GB nameplate)",
+        "p99 latency 600 ms > the chunk's 5 actions at 10 Hz (500 ms)",
+        "failed the correctness gate",
+    ]
+    _, per_step = feasibility(row("c", 100, 400, 1, 1), control_hz=10, execution=ExecutionModel())
+    assert per_step == ["2.5 inferences/s at p99 < 10 Hz"]
+    _, too_long = feasibility(row("d", 1, 1, 1, 1, chunk=8), 10, ExecutionModel(mode="async", actions_per_chunk=50))
+    assert too_long == ["executes 50 actions per chunk, the model predicts 8"]
 
 
 def test_pareto_front_keeps_only_non_dominated_rows():

@@ -60,7 +60,7 @@ def test_run_reports_estimated_energy_cost_and_feasibility(tmp_path):
     assert energy.window_s >= 1.0 and energy.window_inferences >= 1
     assert energy.meter["tdp_source"] and energy.meter["idle_source"]
     assert energy.joules_per_inference == pytest.approx(energy.average_w * energy.window_s / energy.window_inferences)
-    assert energy.joules_per_action == pytest.approx(energy.joules_per_inference / result.workload.actions_per_chunk)
+    assert energy.joules_per_action == pytest.approx(energy.joules_per_inference)  # per step: one action each
     assert energy.idle_w <= energy.average_w + 1e-9
     cost = result.cost
     assert cost.basis == "hardware+electricity" and cost.price_usd == 500.0 and cost.price_source == "--price-usd"

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from vlabench.analysis.cet import ExecutionModel
 from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
@@ -92,15 +93,19 @@ def test_killed_writer_leaves_no_result_file(tiny_result, tmp_path):
     assert results == []
 
 
-def test_control_verdict_uses_actions_per_chunk_and_p99():
+def test_control_verdict_gates_the_execution_model_at_p99():
     e2e = summarize([100.0] * 98 + [400.0, 500.0])
-    verdict = control_verdict(e2e, actions_per_chunk=5, control_hz=10)
+    chunked = ExecutionModel(mode="async", actions_per_chunk=5)
+    verdict = control_verdict(e2e, control_hz=10, execution=chunked)
+    assert verdict.execution == "async" and verdict.actions_per_chunk == 5
     assert verdict.inference_hz_p50 == pytest.approx(10.0)
-    assert verdict.action_hz_p50 == pytest.approx(50.0)
-    assert verdict.action_hz_p99 == pytest.approx(5 * 1000 / e2e.p99)
-    assert verdict.meets_target is (verdict.action_hz_p99 >= 10)
-    assert control_verdict(summarize([100.0] * 10), 1, 10).meets_target
-    assert not control_verdict(summarize([101.0] * 10), 1, 10).meets_target
+    assert verdict.reaction_ms == pytest.approx(e2e.p99)
+    assert verdict.delivered_action_hz_p50 == pytest.approx(10.0)  # min(10 Hz, 5 actions / 0.1 s)
+    assert verdict.meets_target is (e2e.p99 <= 500.0)
+    per_step = control_verdict(e2e, control_hz=10, execution=ExecutionModel())
+    assert per_step.actions_per_chunk == 1 and not per_step.meets_target and "inferences/s at p99" in per_step.reason
+    assert control_verdict(summarize([100.0] * 10), 10, ExecutionModel()).meets_target
+    assert not control_verdict(summarize([101.0] * 10), 10, ExecutionModel()).meets_target
 
 
 def test_footprint_counts_weights_at_the_run_precision():

@@ -8,7 +8,7 @@ of hanging, overflowing, crashing a runtime or being written as ``null``. Scalar
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, TypeAdapter, field_validator
 from pydantic_core import PydanticCustomError
@@ -79,8 +79,12 @@ class RunConfig(BaseModel):
     cameras: StrictInt | None = bounded("cameras", None, "None: the model's default")
     steps: StrictInt | None = bounded("steps", None, "None: the model's default")
     chunk: StrictInt | None = bounded("chunk", None, "None: the model's default")
+    execution: Literal["per-step", "sync", "async"] = Field(
+        default="per-step",
+        description="per-step: one inference per control step (the paper's gate); sync or async: chunked execution",
+    )
     actions_per_chunk: StrictInt | None = bounded(
-        "actions_per_chunk", None, "None: the model's default; at most the chunk"
+        "actions_per_chunk", None, "chunked execution only; None: the model's default; at most the chunk"
     )
     warmup: StrictInt = bounded("warmup", 2)
     min_iterations: StrictInt = bounded("min_iterations", 10)
@@ -115,6 +119,12 @@ class RunConfig(BaseModel):
     @field_validator("actions_per_chunk")
     @classmethod
     def _actions_fit_the_chunk(cls, value: int | None, info: Any) -> int | None:
+        if value is not None and info.data.get("execution") == "per-step":
+            raise PydanticCustomError(
+                "actions_need_chunked_execution",
+                f"{value} actions per chunk needs chunked execution: choose --execution sync or async "
+                "(per-step, the default, executes one action per inference)",
+            )
         chunk = info.data.get("chunk")
         if value is not None and chunk is not None and value > chunk:
             raise PydanticCustomError(

@@ -1,13 +1,23 @@
-"""CET: Cost, Energy and Time of a result, the feasibility gate and the ranking the leaderboard reuses."""
+"""CET: Cost, Energy and Time of a result, the feasibility gate and the ranking the leaderboard reuses.
+
+The gate (README and docs/measurement.md: "The control-rate gate") judges a latency distribution under an execution
+model: per-step (the paper's: one inference per control step), or chunked, synchronously or asynchronously. Energy and
+cost per action follow the same model. Rows whose actions are approximate (``is_lossy``) rank in a group of their own.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from vlabench.analysis.execution import EXECUTIONS, Execution, ExecutionModel, Gate, delivered_hz, gate
 from vlabench.errors import InputError
+from vlabench.measure.correctness import TOLERANCES
+from vlabench.vocab import Precision
 
 Priority = Literal["cost", "energy", "time"]
 PRIORITY_COLUMNS: dict[str, str] = {
@@ -15,6 +25,24 @@ PRIORITY_COLUMNS: dict[str, str] = {
     "energy": "joules_per_action",
     "time": "latency_p50_ms",
 }
+__all__ = [  # the gate lives in analysis/execution.py; readers import it from here too
+    "EXECUTIONS",
+    "CostAssumptions",
+    "CostReport",
+    "Execution",
+    "ExecutionModel",
+    "Gate",
+    "action_costs",
+    "cost_report",
+    "delivered_hz",
+    "feasibility",
+    "gate",
+    "gate_rows",
+    "is_lossy",
+    "pareto_axes",
+    "pareto_front",
+    "rank",
+]
 SECONDS_PER_HOUR = 3600.0
 HOURS_PER_YEAR = 8760.0
 
@@ -39,6 +67,9 @@ class CostReport(BaseModel):
     price_source: str | None
     price_estimate: bool
     energy_label: Literal["measured", "estimated"]
+    execution: ExecutionModel | None = Field(
+        default=None, description="how actions are executed (None: written before schema 1.2, chunked)"
+    )
     actions_per_robot_hour: float
     busy_fraction: float = Field(description="share of each robot-hour the device spends inferring")
     energy_kwh_per_robot_hour: float
@@ -51,93 +82,6 @@ class CostReport(BaseModel):
     usd_per_million_actions: float
 
 
-Execution = Literal["per-step", "sync", "async"]
-EXECUTIONS: tuple[str, ...] = ("per-step", "sync", "async")
-
-
-class ExecutionModel(BaseModel):
-    """How the robot consumes a policy's outputs (README: "The control-rate gate").
-
-    ``per-step`` (the paper's gate, the default): one inference per control step, one action executed from each.
-    ``sync``: the robot executes ``actions_per_chunk`` actions at the control rate, then waits for the next
-    inference. ``async``: the next inference runs while the current chunk executes.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: Execution = "per-step"
-    actions_per_chunk: int = Field(default=1, ge=1)
-
-    def label(self) -> str:
-        return "per-step" if self.mode == "per-step" else f"{self.mode}, {self.actions_per_chunk} actions per chunk"
-
-    @property
-    def actions_per_inference(self) -> int:
-        return 1 if self.mode == "per-step" else self.actions_per_chunk
-
-
-class Gate(BaseModel):
-    """The control-rate verdict of one latency distribution under one execution model."""
-
-    model_config = ConfigDict(frozen=True)
-
-    execution: ExecutionModel
-    control_hz: float
-    inference_hz_p50: float
-    inference_hz_p99: float
-    reaction_ms: float = Field(description="p99 latency: how stale the newest action can be")
-    delivered_action_hz: float = Field(description="actions the robot executes per second, at p50 latency")
-    delivered_action_hz_p99: float
-    meets_target: bool
-    reason: str | None = Field(description="why the target is missed (None when met)")
-
-
-def _delivered_hz(latency_ms: float, control_hz: float, execution: ExecutionModel) -> float:
-    seconds = latency_ms / 1000.0
-    n = execution.actions_per_chunk
-    if execution.mode == "per-step":
-        return min(control_hz, 1.0 / seconds)
-    if execution.mode == "sync":
-        return n / (n / control_hz + seconds)
-    return min(control_hz, n / seconds)
-
-
-def gate(latency_p50_ms: float, latency_p99_ms: float, control_hz: float, execution: ExecutionModel) -> Gate:
-    """Per-step: the inference rate at p99 must reach ``control_hz``. Sync: the robot pauses for every inference,
-    so a chunk may cost at most one control period of waiting (p99 latency <= 1 / control_hz); its delivered rate
-    is N / (N / control_hz + latency). Async: the next chunk must be ready before the current one runs out
-    (p99 latency <= N / control_hz)."""
-    period_ms = 1000.0 / control_hz
-    budget_ms = period_ms * (execution.actions_per_chunk if execution.mode == "async" else 1)
-    meets = latency_p99_ms <= budget_ms
-    reason = None
-    if not meets:
-        what = {
-            "per-step": f"{1000.0 / latency_p99_ms:.3g} inferences/s at p99 < {control_hz:g} Hz",
-            "sync": f"p99 latency {latency_p99_ms:.4g} ms pauses the robot longer than one control period "
-            f"({period_ms:.4g} ms) per chunk",
-            "async": f"p99 latency {latency_p99_ms:.4g} ms > the chunk's {execution.actions_per_chunk} actions "
-            f"at {control_hz:g} Hz ({budget_ms:.4g} ms)",
-        }
-        reason = what[execution.mode]
-    return Gate(
-        execution=execution,
-        control_hz=control_hz,
-        inference_hz_p50=1000.0 / latency_p50_ms,
-        inference_hz_p99=1000.0 / latency_p99_ms,
-        reaction_ms=latency_p99_ms,
-        delivered_action_hz=_delivered_hz(latency_p50_ms, control_hz, execution),
-        delivered_action_hz_p99=_delivered_hz(latency_p99_ms, control_hz, execution),
-        meets_target=meets,
-        reason=reason,
-    )
-
-
-def delivered_action_hz(control_hz: float, actions_per_chunk: int, latency_p50_ms: float) -> float:
-    """The robot acts at its control rate unless the policy cannot keep up (then at the policy's rate)."""
-    return min(control_hz, actions_per_chunk * 1000.0 / latency_p50_ms)
-
-
 def cost_report(
     *,
     price_usd: float | None,
@@ -147,13 +91,14 @@ def cost_report(
     idle_w: float,
     energy_label: Literal["measured", "estimated"],
     latency_p50_ms: float,
-    actions_per_chunk: int,
     control_hz: float,
+    execution: ExecutionModel,
     assumptions: CostAssumptions,
 ) -> CostReport:
-    """Per robot-hour: inferences at the delivered action rate, idle power between them, amortized hardware."""
-    actions_per_hour = delivered_action_hz(control_hz, actions_per_chunk, latency_p50_ms) * SECONDS_PER_HOUR
-    inferences_per_hour = actions_per_hour / actions_per_chunk
+    """Per robot-hour: inferences at the action rate the execution model delivers at p50 (``gate``), idle power
+    between them, amortized hardware."""
+    actions_per_hour = delivered_hz(latency_p50_ms, control_hz, execution) * SECONDS_PER_HOUR
+    inferences_per_hour = actions_per_hour / execution.actions_per_inference
     busy_s = min(SECONDS_PER_HOUR, inferences_per_hour * latency_p50_ms / 1000.0)
     joules_per_hour = inferences_per_hour * joules_per_inference + (SECONDS_PER_HOUR - busy_s) * idle_w
     kwh = joules_per_hour / 3.6e6
@@ -169,6 +114,7 @@ def cost_report(
         price_source=price_source,
         price_estimate=price_estimate,
         energy_label=energy_label,
+        execution=execution,
         actions_per_robot_hour=actions_per_hour,
         busy_fraction=busy_s / SECONDS_PER_HOUR,
         energy_kwh_per_robot_hour=kwh,
@@ -180,20 +126,104 @@ def cost_report(
     )
 
 
-def feasibility(row: pd.Series | dict, control_hz: float) -> tuple[bool, list[str]]:
-    """The paper's gate: the model fits the device's memory and sustains the control rate at p99; a row marked
-    ``valid: False`` (it failed the correctness gate) fails with its ``invalid_reason`` when the row has one."""
+COST_INPUTS = ("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh")
+"""The columns from which ``rank`` recomputes energy and cost per action under its execution model."""
+
+
+def action_costs(
+    latency_p50_ms: float,
+    control_hz: float,
+    execution: ExecutionModel,
+    joules_per_inference: float,
+    idle_w: float,
+    price_usd: float | None,
+    assumptions: CostAssumptions,
+) -> dict[str, float | None]:
+    """joules_per_action, usd_per_million_actions (None without a price) and its electricity-only part, per action
+    the execution model executes."""
+    common = dict(
+        price_source=None,
+        price_estimate=False,
+        joules_per_inference=joules_per_inference,
+        idle_w=idle_w,
+        energy_label="measured",
+        latency_p50_ms=latency_p50_ms,
+        control_hz=control_hz,
+        execution=execution,
+        assumptions=assumptions,
+    )
+    electricity = cost_report(price_usd=None, **common).usd_per_million_actions
+    full = cost_report(price_usd=price_usd, **common).usd_per_million_actions if price_usd is not None else None
+    return {
+        "joules_per_action": joules_per_inference / execution.actions_per_inference,
+        "usd_per_million_actions": full,
+        "usd_per_million_actions_electricity_only": electricity,
+    }
+
+
+FP32_TOLERANCE = TOLERANCES[Precision.REFERENCE].max_relative_error
+
+
+def is_lossy(
+    *,
+    precision: str,
+    action_error: float | None,
+    dp_cache: bool = False,
+    fusion_stale_steps: int = 0,
+    fp32_tolerance: float = FP32_TOLERANCE,
+) -> bool:
+    """Whether a row's actions are approximate, so that it ranks apart from exact rows: DP-Cache (reuses steps) and
+    V-AEFusion (``fusion_stale_steps`` > 0: stale prefix K/V) change what is computed; int8/int4 quantize the
+    weights; any other precision than fp32 is approximate unless its relative action error against torch fp32 is
+    within the fp32 gate's tolerance (a missing or non-finite error counts as past it). fp32 rows are exact (an
+    fp32 row past the tolerance fails the correctness gate and is never ranked)."""
+    if dp_cache or fusion_stale_steps > 0 or Precision.is_quantized(precision):
+        return True
+    if precision == Precision.REFERENCE:
+        return False
+    return not _number(action_error) or action_error > fp32_tolerance
+
+
+def _number(value: Any) -> bool:
+    """A finite number (not None, NA, NaN or ±inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def row_execution(row: Mapping[str, Any], execution: ExecutionModel | None = None) -> ExecutionModel:
+    """``execution`` when given, else the row's own (columns ``execution`` and ``actions_per_chunk``; per-step
+    when absent)."""
+    if execution is not None:
+        return execution
+    mode = row.get("execution")
+    if not isinstance(mode, str) or mode == "per-step":
+        return ExecutionModel()
+    return ExecutionModel(mode=mode, actions_per_chunk=int(row["actions_per_chunk"]))
+
+
+def feasibility(
+    row: Mapping[str, Any], control_hz: float, execution: ExecutionModel | None = None
+) -> tuple[Gate, list[str]]:
+    """The paper's gate under an execution model (``row_execution``): the model fits the device's usable memory,
+    the control gate (``gate``) holds at p99, a chunked execution executes no more actions than the model predicts
+    (column ``chunk``, when present), and the row passed the correctness gate (``valid``; its ``invalid_reason``
+    when it has one). Returns the control gate and every failed condition (feasible: none)."""
+    model = row_execution(row, execution)
+    verdict = gate(row["latency_p50_ms"], row["latency_p99_ms"], control_hz, model)
     reasons = []
-    memory_gb, needed_gb = row.get("device_memory_gb"), row["memory_needed_gb"]
-    if memory_gb is not None and not pd.isna(memory_gb) and needed_gb > memory_gb:
-        reasons.append(f"needs {needed_gb:.1f} GB > {memory_gb:g} GB memory")
-    action_hz_p99 = row["actions_per_chunk"] * 1000.0 / row["latency_p99_ms"]
-    if action_hz_p99 < control_hz:
-        reasons.append(f"{action_hz_p99:.1f} actions/s at p99 < {control_hz:g} Hz")
+    usable, needed = row.get("device_memory_gb"), row["memory_needed_gb"]
+    if _number(usable) and needed > usable:
+        nameplate = row.get("device_memory_nameplate_gb")
+        shown = f" ({nameplate:g} GB nameplate)" if _number(nameplate) and nameplate != usable else ""
+        reasons.append(f"needs {needed:.1f} GB > {usable:g} GB usable memory{shown}")
+    chunk = row.get("chunk")
+    if model.mode != "per-step" and _number(chunk) and model.actions_per_chunk > chunk:
+        reasons.append(f"executes {model.actions_per_chunk} actions per chunk, the model predicts {int(chunk)}")
+    if verdict.reason:
+        reasons.append(verdict.reason)
     if not row.get("valid", True):
         reason = row.get("invalid_reason")  # e.g. "failed the correctness gate: relative action error nan"
         reasons.append(reason if isinstance(reason, str) and reason else "failed the correctness gate")
-    return not reasons, reasons
+    return verdict, reasons
 
 
 def pareto_front(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
@@ -213,29 +243,123 @@ def pareto_axes(feasible: pd.DataFrame) -> list[str]:
     return [*axes, cost] if len(feasible) and feasible[cost].notna().all() else axes
 
 
-def rank(frame: pd.DataFrame, priority: Priority, control_hz: float) -> pd.DataFrame:
-    """Gate every row at ``control_hz``, then order the feasible ones by the priority; infeasible rows follow.
+GATE_COLUMNS = (
+    *("execution", "actions_per_chunk", "inference_hz_p50", "inference_hz_p99", "reaction_ms"),
+    *("delivered_action_hz", "delivered_action_hz_p99", "meets_target"),
+    "action_hz_p99",  # the older name of delivered_action_hz_p99, for readers not yet moved over
+)
+ELECTRICITY_ONLY = "usd_per_million_actions_electricity_only"
 
-    ``frame`` needs: latency_p50_ms, latency_p99_ms, actions_per_chunk, memory_needed_gb, device_memory_gb,
-    joules_per_action, usd_per_million_actions (NaN where no full cost is known) and optionally valid and
-    invalid_reason.
-    Adds feasible, reasons, pareto (among feasible rows, see ``pareto_axes``) and rank.
+
+def gate_rows(frame: pd.DataFrame, control_hz: float, execution: ExecutionModel | None) -> pd.DataFrame:
+    """``frame`` with the gate columns (``GATE_COLUMNS``), feasible and reasons of every row (``feasibility``), and
+    energy and cost per action recomputed under each row's execution model where it has the ``COST_INPUTS``."""
+    records = []
+    for row in frame.to_dict("records"):
+        verdict, reasons = feasibility(row, control_hz, execution)
+        model = verdict.execution
+        record = {
+            "execution": model.mode,
+            "actions_per_chunk": model.actions_per_inference,
+            "inference_hz_p50": verdict.inference_hz_p50,
+            "inference_hz_p99": verdict.inference_hz_p99,
+            "reaction_ms": verdict.reaction_ms,
+            "delivered_action_hz": verdict.delivered_action_hz,
+            "delivered_action_hz_p99": verdict.delivered_action_hz_p99,
+            "action_hz_p99": verdict.delivered_action_hz_p99,
+            "meets_target": verdict.meets_target,
+            "feasible": not reasons,
+            "reasons": "; ".join(reasons),
+        }
+        if all(name in row for name in COST_INPUTS) and _number(row["joules_per_inference"]):
+            assumptions = CostAssumptions(
+                lifetime_years=row["lifetime_years"],
+                duty_cycle=row["duty_cycle"],
+                electricity_usd_per_kwh=row["electricity_usd_per_kwh"],
+            )
+            price = row["price_usd"] if _number(row["price_usd"]) else None
+            record.update(
+                action_costs(
+                    row["latency_p50_ms"],
+                    control_hz,
+                    model,
+                    row["joules_per_inference"],
+                    row["idle_w"],
+                    price,
+                    assumptions,
+                )
+            )
+        records.append(record)
+    updates = pd.DataFrame(records, index=frame.index)
+    frame = frame.copy()
+    for column in updates.columns:
+        frame[column] = updates[column]
+    return frame
+
+
+def rank(
+    frame: pd.DataFrame,
+    priority: Priority,
+    control_hz: float,
+    execution: ExecutionModel | None = None,
+    approximate_separately: bool = True,
+) -> pd.DataFrame:
+    """Gate every row at ``control_hz`` (``feasibility``), then order the feasible ones by the priority, group by
+    group; unranked rows follow.
+
+    ``frame`` needs latency_p50_ms, latency_p99_ms, memory_needed_gb, joules_per_action and usd_per_million_actions
+    (NaN where no full cost is known); it may have execution and actions_per_chunk (each row's execution model, per
+    step when absent), device_memory_gb (usable) and device_memory_nameplate_gb, chunk, approximate, valid,
+    invalid_reason, usd_per_million_actions_electricity_only and the ``COST_INPUTS`` (``results_frame`` writes all).
+    ``execution``: judge every row under this model instead of its own. Energy and cost per action are recomputed
+    under the judged model at ``control_hz`` for rows with the cost inputs.
+
+    Rows with ``approximate`` true form the group "approximate", the others "exact" (column ``group``); with
+    ``approximate_separately`` (the default) each group has its own rank numbering from 1 and its own Pareto set,
+    exact rows first. Ranking by cost compares like with like: the full cost when at least as many feasible rows of
+    the group have it as have an electricity-only cost (every row with energy has one), else the electricity-only
+    cost, so that a device without a purchase price never empties the ranking (column ``cost_basis``:
+    "hardware+electricity" or "electricity-only", the basis of the row's group; None for rows with no such cost).
+    Adds the gate columns (``GATE_COLUMNS``), feasible, reasons, group, cost_basis, pareto (among the group's
+    feasible rows, see ``pareto_axes``) and rank.
     """
     if priority not in PRIORITY_COLUMNS:
         raise InputError(f"Unknown priority '{priority}'. Valid priorities: {', '.join(PRIORITY_COLUMNS)}.")
-    frame = frame.copy()
-    gates = [feasibility(row, control_hz) for _, row in frame.iterrows()]
-    frame["feasible"] = [ok for ok, _ in gates]
-    frame["reasons"] = ["; ".join(reasons) for _, reasons in gates]
-    key = PRIORITY_COLUMNS[priority]
+    frame = gate_rows(frame.reset_index(drop=True), control_hz, execution)
+    if ELECTRICITY_ONLY not in frame:
+        frame[ELECTRICITY_ONLY] = None
+    approximate = frame["approximate"] if "approximate" in frame else pd.Series(False, index=frame.index)
+    frame["approximate"] = approximate.fillna(False).astype(bool)
+    frame["group"] = frame["approximate"].map({True: "approximate", False: "exact"})
     frame["pareto"] = False
-    axes = pareto_axes(frame[frame["feasible"]])
-    comparable = frame["feasible"] & frame[axes].notna().all(axis=1)
-    if comparable.any():
-        frame.loc[comparable, "pareto"] = pareto_front(frame[comparable], axes)
-    ranked = frame["feasible"] & frame[key].notna()
     frame["rank"] = pd.NA
-    order = frame[ranked].sort_values([key, "latency_p50_ms"]).index
+    frame["cost_basis"] = None
+    frame["_key"] = math.inf
+    groups = frame["group"] if approximate_separately else pd.Series("all", index=frame.index)
+    for _, members in frame.groupby(groups, sort=False):
+        _rank_group(frame, members.index, priority)
+    frame["_ranked"] = frame["rank"].isna()
+    frame["_order"] = frame["approximate"] if approximate_separately else False
+    order = ["_ranked", "_order", "rank", "_key", "latency_p50_ms"]
+    ranked = frame.sort_values(order, na_position="last", kind="stable")
+    return ranked.drop(columns=["_key", "_ranked", "_order"]).reset_index(drop=True)
+
+
+def _rank_group(frame: pd.DataFrame, index: pd.Index, priority: str) -> None:
+    """Cost basis, Pareto set and rank numbering of one group, written into ``frame``."""
+    members = frame.loc[index]
+    feasible = members[members["feasible"]]
+    costed = feasible[PRIORITY_COLUMNS["cost"]].notna().sum()
+    full = costed >= feasible[ELECTRICITY_ONLY].notna().sum()
+    cost_column = PRIORITY_COLUMNS["cost"] if full else ELECTRICITY_ONLY
+    has_cost = members[cost_column].notna()
+    frame.loc[index[has_cost.to_numpy()], "cost_basis"] = "hardware+electricity" if full else "electricity-only"
+    key = cost_column if priority == "cost" else PRIORITY_COLUMNS[priority]
+    frame.loc[index, "_key"] = pd.to_numeric(members[key], errors="coerce").fillna(math.inf)
+    axes = pareto_axes(feasible)
+    comparable = feasible[feasible[axes].notna().all(axis=1)]
+    if len(comparable):
+        frame.loc[comparable.index, "pareto"] = pareto_front(comparable, axes)
+    rankable = feasible[pd.to_numeric(feasible[key], errors="coerce").notna()]
+    order = rankable.sort_values([key, "latency_p50_ms"], kind="stable").index
     frame.loc[order, "rank"] = range(1, len(order) + 1)
-    frame["_sort"] = frame["rank"].fillna(len(frame) + 1)
-    return frame.sort_values(["_sort", key], na_position="last").drop(columns="_sort").reset_index(drop=True)

@@ -13,6 +13,7 @@ from vlabench.cli.views.console import stderr, stdout, warn_skipped, write_json
 from vlabench.errors import InputError
 
 if TYPE_CHECKING:
+    from vlabench.analysis.cet import ExecutionModel
     from vlabench.hardware.devices import ResolvedDevice
     from vlabench.kernels.ceilings import MeasuredCeiling
 
@@ -80,6 +81,21 @@ def rank(
     control_hz: Annotated[
         float, run_option("control_hz", help="Control-rate target for the feasibility gate, Hz.")
     ] = 10.0,
+    execution: Annotated[
+        str | None,
+        typer.Option(
+            metavar="[per-step|sync|async]",
+            help=contextual("Judge every run under this execution model.", "each run's own"),
+        ),
+    ] = None,
+    actions_per_chunk: Annotated[
+        int | None,
+        run_option("actions_per_chunk", help="Actions executed per chunk with --execution sync or async."),
+    ] = None,
+    approximate_together: Annotated[
+        bool,
+        typer.Option("--approximate-together", help="Rank approximate rows (lossy optimizations) with the exact ones."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of a table.")] = False,
 ) -> None:
     """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""
@@ -89,12 +105,32 @@ def rank(
 
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
+    model = chosen_execution(execution, actions_per_chunk)
     loaded, skipped = load_results(paths)
     warn_skipped(skipped)
     if not loaded:
         raise InputError(f"no readable results under {', '.join(map(str, paths))}")
-    ranked = rank_frame(results_frame(loaded, control_hz), priority, control_hz)
+    frame = results_frame(loaded, control_hz, model)
+    ranked = rank_frame(frame, priority, control_hz, model, approximate_separately=not approximate_together)
     if as_json:
         write_json(ranked.to_json(orient="records", indent=2))
     else:
         stdout.print(rank_table(ranked, priority, control_hz))
+
+
+def chosen_execution(mode: str | None, actions_per_chunk: int | None) -> ExecutionModel | None:
+    """``--execution`` and ``--actions-per-chunk`` as an execution model (None: each run's own); a chunk size needs a
+    chunked execution, and a chunked execution needs a chunk size here (runs differ in theirs)."""
+    from vlabench.analysis.cet import EXECUTIONS, ExecutionModel
+
+    if mode is None and actions_per_chunk is None:
+        return None
+    if mode not in EXECUTIONS:
+        raise InputError(f"--execution must be one of {', '.join(EXECUTIONS)}, not {mode!r}")
+    if mode == "per-step":
+        if actions_per_chunk is not None:
+            raise InputError("--actions-per-chunk needs chunked execution: choose --execution sync or async")
+        return ExecutionModel()
+    if actions_per_chunk is None:
+        raise InputError(f"--execution {mode} needs --actions-per-chunk (runs may differ in their chunk)")
+    return ExecutionModel(mode=mode, actions_per_chunk=actions_per_chunk)

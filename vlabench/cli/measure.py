@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from vlabench.cli.options import (
     RUN_DEFAULTS,
+    ActionsPerChunkFlag,
     Bounds,
     CamerasFlag,
     ChunkFlag,
@@ -21,6 +22,7 @@ from vlabench.cli.options import (
     DpCacheFlag,
     EnergyOption,
     EpFlag,
+    ExecutionFlag,
     FuseExpertKvFlag,
     ModelFlag,
     OptimizationOption,
@@ -33,7 +35,6 @@ from vlabench.cli.options import (
     ThreadsFlag,
     TimingOption,
     WarmupFlag,
-    WorkloadOption,
     contextual,
     given_for,
     number_option,
@@ -70,14 +71,6 @@ def run(
     cameras: CamerasFlag = None,
     steps: StepsFlag = None,
     chunk: ChunkFlag = None,
-    actions_per_chunk: Annotated[
-        int | None,
-        run_option(
-            "actions_per_chunk",
-            option=WorkloadOption,
-            help=contextual("Actions executed per chunk (at most the chunk), for the action rate.", "the model's"),
-        ),
-    ] = None,
     seed: SeedFlag = RUN_DEFAULTS.seed,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
     min_iterations: Annotated[
@@ -93,6 +86,8 @@ def run(
     control_hz: Annotated[
         float, run_option("control_hz", option=TimingOption, help="Robot control-rate target, Hz.")
     ] = RUN_DEFAULTS.control_hz,
+    execution: ExecutionFlag = RUN_DEFAULTS.execution,
+    actions_per_chunk: ActionsPerChunkFlag = None,
     energy_meter: Annotated[
         str, EnergyOption(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
     ] = RUN_DEFAULTS.energy_meter,
@@ -153,7 +148,8 @@ def run(
 ) -> None:
     """Measure one model on this host, phase by phase, and write a JSON result."""
     from vlabench.cli.views.run import RunProgress, comparison, plan_summary, result_tables
-    from vlabench.commands.run import execute_many, plan_runs, save_result
+    from vlabench.commands.isolation import execute_runs
+    from vlabench.commands.run import plan_runs, save_result
 
     run_config = build_run_config(ctx)
     plans, skipped = plan_runs(run_config)
@@ -162,7 +158,8 @@ def run(
     for reason in skipped:
         stderr.print(f"[yellow]skipped backend[/] {markup_safe(reason)}", highlight=False)
     with RunProgress(stderr) as progress:
-        results = execute_many(plans, progress.update)
+        outcome = execute_runs(plans, progress.update, lambda text: info.print(markup_safe(text), highlight=False))
+    results = outcome.results
     saved = [save_result(result, run_config.out) for result in results]
     if as_json:
         payload = [result.model_dump(mode="json") for result in results]
@@ -170,7 +167,7 @@ def run(
     elif len(results) == 1:
         for renderable in result_tables(results[0]):
             stdout.print(renderable)
-    else:
+    elif results:
         for renderable in comparison(results):
             stdout.print(renderable)
     for entry in saved:
@@ -180,6 +177,9 @@ def run(
     if any(not result.valid for result in results):
         stderr.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
     report_unsaved([entry for entry in saved if entry.problem is not None], run_config.out)
+    if outcome.crashes:
+        kept = f"; the other backends' results are saved ({len(results)})" if results else ""
+        raise VlabenchError("; ".join(crash.message for crash in outcome.crashes) + kept)
     if any(not result.valid for result in results):
         raise InvalidResultError
 

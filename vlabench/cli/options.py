@@ -102,7 +102,15 @@ DeviceFlag = Annotated[str, TargetOption("--device", "-d", help="Device profile 
 OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help="One backend.")]
 EpFlag = Annotated[str | None, TargetOption(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
 DeviceTargetFlag = Annotated[str | None, TargetOption(help=contextual("OpenVINO device: CPU, GPU, NPU, AUTO.", "CPU"))]
-PrecisionFlag = Annotated[str | None, TargetOption(help=contextual("fp32, bf16 or fp16.", "fp32 on CPU, bf16 on CUDA"))]
+PrecisionFlag = Annotated[
+    str | None,
+    TargetOption(
+        help=contextual(
+            "fp32, bf16, fp16, int8, int4 or auto.",
+            "fp32 on CPU, bf16 on CUDA",
+        )
+    ),
+]
 CamerasFlag = Annotated[
     int | None, run_option("cameras", option=WorkloadOption, help=contextual("Camera count.", "the model's"))
 ]
@@ -111,6 +119,24 @@ StepsFlag = Annotated[
 ]
 ChunkFlag = Annotated[
     int | None, run_option("chunk", option=WorkloadOption, help=contextual("Action chunk length.", "the model's"))
+]
+ExecutionFlag = Annotated[
+    str,
+    TimingOption(
+        metavar="[per-step|sync|async]",
+        help="How the robot executes actions: per-step (one inference per control step, the paper's gate), or "
+        "chunked: sync (the robot waits for each inference) or async (the next inference runs during the chunk).",
+    ),
+]
+ActionsPerChunkFlag = Annotated[
+    int | None,
+    run_option(
+        "actions_per_chunk",
+        option=TimingOption,
+        help=contextual(
+            "Actions executed per chunk with --execution sync or async (at most the chunk).", "the model's"
+        ),
+    ),
 ]
 SeedFlag = Annotated[int, run_option("seed", option=WorkloadOption, help="Seed for weights, observations and noise.")]
 ThreadsFlag = Annotated[

@@ -85,6 +85,10 @@ class DeviceProfile(BaseModel):
     torch_device: Literal["cpu", "cuda", "xpu", "npu"]
     detect: Detection
     memory_gb: Figure | None = None
+    usable_memory_gb: Figure | None = Field(
+        default=None,
+        description="memory a model may use where the OS and the CUDA context share it (unified-memory SoCs)",
+    )
     bandwidth_gbs: Figure | None = None
     peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
     tdp_w: Figure | None = None
@@ -96,6 +100,12 @@ class DeviceProfile(BaseModel):
     engines: dict[str, Engine] = Field(default_factory=dict)
     ceilings_measured: bool = Field(default=False, description="peak and bandwidth come from micro-benchmarks")
     notes: str = ""
+
+    @property
+    def usable_gb(self) -> float | None:
+        """Memory a model may use: the usable figure, else the nameplate, else None (unknown)."""
+        figure = self.usable_memory_gb or self.memory_gb
+        return figure.value if figure else None
 
 
 @dataclass(frozen=True)

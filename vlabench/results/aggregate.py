@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from vlabench.analysis.cet import cost_report
+from vlabench.analysis.cet import ExecutionModel, gate_rows, is_lossy
 from vlabench.errors import InputError
 from vlabench.results.header import RUN_KIND
 from vlabench.results.schema import RunResult, load_result, result_from_document
@@ -42,52 +43,73 @@ def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], l
     return loaded, skipped
 
 
-def results_frame(results: list[tuple[Path, RunResult]], control_hz: float) -> pd.DataFrame:
-    """One row per run; cost is recomputed at ``control_hz`` from the stored energy, latency and price."""
-    rows = []
-    for path, result in results:
-        e2e = result.timing.phases["e2e"]
-        energy, cost = result.energy, result.cost
-        full_cost = electricity_only = None
-        if energy is not None and cost is not None:
-            recomputed = cost_report(
-                price_usd=cost.price_usd,
-                price_source=cost.price_source,
-                price_estimate=cost.price_estimate,
-                joules_per_inference=energy.joules_per_inference,
-                idle_w=energy.idle_w,
-                energy_label=energy.label,
-                latency_p50_ms=e2e.p50,
-                actions_per_chunk=result.workload.actions_per_chunk,
-                control_hz=control_hz,
-                assumptions=cost.assumptions,
-            )
-            if recomputed.basis == "hardware+electricity":
-                full_cost = recomputed.usd_per_million_actions
-            else:
-                electricity_only = recomputed.usd_per_million_actions
-        rows.append(
-            {
-                "model": result.model.name,
-                "device": result.device.profile,
-                "backend": result.backend,
-                "precision": result.precision,
-                "cameras": result.workload.cameras,
-                "steps": result.workload.steps,
-                "actions_per_chunk": result.workload.actions_per_chunk,
-                "latency_p50_ms": e2e.p50,
-                "latency_p99_ms": e2e.p99,
-                "action_hz_p99": result.workload.actions_per_chunk * 1000.0 / e2e.p99,
-                "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
-                "device_memory_gb": result.device.memory_gb,
-                "joules_per_action": energy.joules_per_action if energy else None,
-                "energy_label": energy.label if energy else None,
-                "usd_per_million_actions": full_cost,
-                "usd_per_million_actions_electricity_only": electricity_only,
-                "valid": result.valid,
-                "invalid_reason": result.invalid_reason,
-                "action_error": result.correctness.relative_error if result.correctness else None,
-                "file": str(path),
-            }
-        )
-    return pd.DataFrame(rows)
+def results_frame(
+    results: list[tuple[Path, RunResult]], control_hz: float, execution: ExecutionModel | None = None
+) -> pd.DataFrame:
+    """One row per run, gated at ``control_hz`` under ``execution`` (None: each run's own execution model, per step
+    for files older than schema 1.2); energy and cost per action are recomputed under that model from the stored
+    energy, latency and price (``cet.gate_rows``). The input of ``cet.rank``, ``compare`` and the leaderboard.
+
+    Columns:
+    identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), file;
+    control (``cet.gate``): execution ("per-step", "sync", "async"), actions_per_chunk (executed per inference: 1
+    per step), latency_p50_ms, latency_p99_ms, inference_hz_p50, inference_hz_p99, reaction_ms (p99 latency),
+    delivered_action_hz (at p50), delivered_action_hz_p99, action_hz_p99 (the same as delivered_action_hz_p99, for
+    readers of the old name), meets_target, feasible, reasons;
+    memory: memory_needed_gb (estimated), device_memory_gb (usable: what the OS and CUDA context leave on unified-
+    memory devices), device_memory_nameplate_gb;
+    energy and cost (None without an energy measurement): energy_label, joules_per_inference, joules_per_action,
+    usd_per_million_actions (None without a purchase price), usd_per_million_actions_electricity_only, and the cost
+    inputs idle_w, price_usd, lifetime_years, duty_cycle, electricity_usd_per_kwh;
+    accuracy: valid, invalid_reason, action_error (relative, against the exact fp32 path: DP-Cache runs give the
+    schedule's error, others the correctness gate's; None for the reference run), approximate (``cet.is_lossy``).
+    """
+    rows = [_row(path, result) for path, result in results]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    return gate_rows(frame, control_hz, execution)
+
+
+def _row(path: Path, result: RunResult) -> dict[str, Any]:
+    e2e = result.timing.phases["e2e"]
+    energy, cost, config = result.energy, result.cost, result.config
+    control = result.control
+    optimization = result.optimization
+    dp_cache = optimization is not None and optimization.dp_cache is not None
+    gate_error = result.correctness.relative_error if result.correctness else None
+    action_error = gate_error
+    if dp_cache and optimization.dp_cache_error is not None:
+        action_error = optimization.dp_cache_error.relative
+    assumptions = cost.assumptions if cost else None
+    return {
+        "model": result.model.name,
+        "device": result.device.profile,
+        "backend": result.backend,
+        "precision": result.precision,
+        "cameras": result.workload.cameras,
+        "steps": result.workload.steps,
+        "chunk": result.workload.chunk,
+        "execution": control.execution,
+        "actions_per_chunk": control.actions_per_chunk,
+        "latency_p50_ms": e2e.p50,
+        "latency_p99_ms": e2e.p99,
+        "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
+        "device_memory_gb": result.device.usable_gb(),
+        "device_memory_nameplate_gb": result.device.memory_gb,
+        "energy_label": energy.label if energy else None,
+        "joules_per_inference": energy.joules_per_inference if energy else None,
+        "joules_per_action": None,
+        "usd_per_million_actions": None,
+        "usd_per_million_actions_electricity_only": None,
+        "idle_w": energy.idle_w if energy else None,
+        "price_usd": cost.price_usd if cost else result.device.price_usd,
+        "lifetime_years": assumptions.lifetime_years if assumptions else config.lifetime_years,
+        "duty_cycle": assumptions.duty_cycle if assumptions else config.duty_cycle,
+        "electricity_usd_per_kwh": assumptions.electricity_usd_per_kwh if assumptions else config.usd_per_kwh,
+        "valid": result.valid,
+        "invalid_reason": result.invalid_reason,
+        "action_error": action_error,
+        "approximate": is_lossy(precision=result.precision, action_error=gate_error, dp_cache=dp_cache),
+        "file": str(path),
+    }

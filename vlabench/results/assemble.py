@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from vlabench.analysis.cet import CostAssumptions, CostReport, cost_report
+from vlabench.analysis.cet import CostAssumptions, CostReport, ExecutionModel, cost_report, gate
 from vlabench.analysis.memory import Footprint, peak_rss_bytes
 from vlabench.backends import Backend
 from vlabench.config import RunConfig
@@ -82,11 +82,12 @@ def assemble_result(
         samples_ms=samples,
     )
     host = detect_host()
-    control = control_verdict(timing.phases["e2e"], workload.actions_per_chunk, config.control_hz)
+    control = control_verdict(timing.phases["e2e"], config.control_hz, execution_model(config, workload))
     price = config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
     memory_gb = plan.device.profile.memory_gb.value if plan.device.profile.memory_gb else None
+    usable_gb = plan.device.profile.usable_gb
     if memory_gb is None and target.type == "cpu":
-        memory_gb = round(host.memory_gb, 1)
+        memory_gb = usable_gb = round(host.memory_gb, 1)
     return RunResult(
         run_id=uuid.uuid4().hex,
         config_hash=config_hash(plan),
@@ -110,6 +111,7 @@ def assemble_result(
             torch_device=str(target),
             note=plan.device.note,
             memory_gb=memory_gb,
+            usable_memory_gb=usable_gb,
             price_usd=price,
             engine=plan.engine,
         ),
@@ -135,7 +137,10 @@ def assemble_result(
     )
 
 
-def energy_result(meter: EnergyMeter, windows: EnergyWindows, actions_per_chunk: int, notes: list[str]) -> EnergyResult:
+def energy_result(
+    meter: EnergyMeter, windows: EnergyWindows, actions_per_inference: int, notes: list[str]
+) -> EnergyResult:
+    """Energy of the window; per action: per inference / the actions each inference executes (``execution_model``)."""
     busy, idle = windows.busy, windows.idle
     per_inference = busy.joules / windows.iterations
     return EnergyResult(
@@ -150,7 +155,7 @@ def energy_result(meter: EnergyMeter, windows: EnergyWindows, actions_per_chunk:
         window_inferences=windows.iterations,
         average_w=busy.average_w,
         joules_per_inference=per_inference,
-        joules_per_action=per_inference / actions_per_chunk,
+        joules_per_action=per_inference / actions_per_inference,
         dynamic_joules_per_inference=(busy.average_w - idle.average_w) * busy.duration_s / windows.iterations,
         notes=notes,
     )
@@ -167,8 +172,8 @@ def run_cost(plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | 
         idle_w=energy.idle_w,
         energy_label=energy.label,
         latency_p50_ms=e2e.p50,
-        actions_per_chunk=plan.workload.actions_per_chunk,
         control_hz=config.control_hz,
+        execution=execution_model(config, plan.workload),
         assumptions=CostAssumptions(
             lifetime_years=config.lifetime_years,
             duty_cycle=config.duty_cycle,
@@ -177,18 +182,17 @@ def run_cost(plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | 
     )
 
 
-def control_verdict(e2e: Stats, actions_per_chunk: int, control_hz: float) -> ControlVerdict:
-    """Action rate = actions executed per chunk / inference latency; the target must hold at p99."""
-    action_hz_p99 = actions_per_chunk * 1000.0 / e2e.p99
-    return ControlVerdict(
-        control_hz=control_hz,
-        actions_per_chunk=actions_per_chunk,
-        inference_hz_p50=1000.0 / e2e.p50,
-        inference_hz_p99=1000.0 / e2e.p99,
-        action_hz_p50=actions_per_chunk * 1000.0 / e2e.p50,
-        action_hz_p99=action_hz_p99,
-        meets_target=action_hz_p99 >= control_hz,
-    )
+def execution_model(config: RunConfig, workload: Workload) -> ExecutionModel:
+    """The run's execution model: per step (the default), or chunked (``--execution sync|async``) at the workload's
+    actions per chunk (``--actions-per-chunk``, else the model's own)."""
+    if config.execution == "per-step":
+        return ExecutionModel()
+    return ExecutionModel(mode=config.execution, actions_per_chunk=workload.actions_per_chunk)
+
+
+def control_verdict(e2e: Stats, control_hz: float, execution: ExecutionModel) -> ControlVerdict:
+    """The control-rate gate (``cet.gate``) on the end-to-end latency, judged on p99."""
+    return ControlVerdict.from_gate(gate(e2e.p50, e2e.p99, control_hz, execution))
 
 
 def measurement_warnings(

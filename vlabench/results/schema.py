@@ -7,7 +7,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from vlabench.analysis.cet import CostReport
 from vlabench.analysis.roofline import RooflineReport
@@ -21,6 +21,7 @@ from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import Stats
 from vlabench.models.workload import Workload
 from vlabench.optimizations.fidelity import ActionError
+from vlabench.results.control import ControlVerdict, legacy_control
 from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader
 from vlabench.results.provenance import Provenance
 from vlabench.results.store import read_json, validate_artifact
@@ -33,9 +34,11 @@ MAX_LATENCY_MS = 86_400_000.0
 Problems = list[tuple[str, str]]
 """(field, what is wrong with it)."""
 
-SCHEMA_VERSION = "1.1"
-"""1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load."""
-READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, SCHEMA_VERSION)
+SCHEMA_VERSION = "1.2"
+"""1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
+verdict under an execution model (``ControlVerdict``), usable device memory; older control blocks are re-gated on
+reading (``legacy_control``)."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", SCHEMA_VERSION)
 GATE_FAILED = "failed the correctness gate"
 
 
@@ -63,6 +66,9 @@ class DeviceInfo(Stored):
     torch_device: str
     note: str
     memory_gb: float | None = Field(description="device memory from the profile, or host RAM for CPUs without one")
+    usable_memory_gb: float | None = Field(
+        default=None, description="memory a model may use (the profile's usable figure); None: memory_gb (before 1.2)"
+    )
     price_usd: float | None
     engine: str | None = Field(default=None, description="the engine the profile stands for (None before 1.1)")
 
@@ -74,6 +80,18 @@ class DeviceInfo(Stored):
             return profile_engine(load_device_profile(self.profile), device_target)
         except InputError:
             return None  # a profile built from detection on the host that ran it: nothing to check against
+
+    def usable_gb(self) -> float | None:
+        """Memory a model may use: recorded, else the packaged profile's usable figure when the file recorded that
+        profile's nameplate, else the recorded memory."""
+        if self.usable_memory_gb is not None:
+            return self.usable_memory_gb
+        try:
+            profile = load_device_profile(self.profile)
+        except InputError:
+            return self.memory_gb
+        nameplate = profile.memory_gb.value if profile.memory_gb else None
+        return profile.usable_gb if nameplate is not None and nameplate == self.memory_gb else self.memory_gb
 
     def recorded_target(self) -> ExecutionTarget:
         """Where a result written before execution targets were read back ran: its torch device."""
@@ -94,19 +112,6 @@ class Timing(Stored):
     iterations: int
     timed_duration_s: float
     samples_ms: dict[str, list[float]]
-
-
-class ControlVerdict(Stored):
-    """Whether the policy sustains ``control_hz`` actions per second, executing ``actions_per_chunk`` per chunk."""
-
-    control_hz: float
-    actions_per_chunk: int
-    inference_hz_p50: float
-    inference_hz_p99: float
-    action_hz_p50: float
-    action_hz_p99: float
-    judged_on: Literal["p99"] = "p99"
-    meets_target: bool
 
 
 class EnergyResult(Stored):
@@ -178,6 +183,20 @@ class RunResult(ArtifactHeader):
 
     READABLE_SCHEMAS: ClassVar[tuple[str, ...] | None] = READABLE_SCHEMA_VERSIONS
 
+    @model_validator(mode="before")
+    @classmethod
+    def _regate_older_files(cls, data: Any) -> Any:
+        """Files older than 1.2: the control block re-gated (``legacy_control``), the config's execution set."""
+        if not isinstance(data, dict) or not isinstance(data.get("control"), dict) or "execution" in data["control"]:
+            return data
+        config = data.get("config")
+        explicit = config.get("actions_per_chunk") if isinstance(config, dict) else None
+        control = legacy_control(data["control"], explicit)
+        data = {**data, "control": control}
+        if isinstance(config, dict) and "execution" not in config and isinstance(control, dict):
+            data["config"] = {**config, "execution": "per-step" if explicit is None else "async"}
+        return data
+
     @property
     def valid(self) -> bool:
         """False when the run failed the correctness gate (or its action error is not recorded, or not finite);
@@ -237,12 +256,12 @@ class RunResult(ArtifactHeader):
         checks: list[tuple[str, BaseModel | None, tuple[str, ...], bool]] = [
             # block, its fields that must be finite and ≥ 0 (or > 0 when the flag is set)
             ("timing", timing, ("warmup_iterations", "timed_duration_s"), False),
-            ("control", self.control, ("inference_hz_p50", "inference_hz_p99"), False),
-            ("control", self.control, ("action_hz_p50", "action_hz_p99"), False),
+            ("control", self.control, ("inference_hz_p50", "inference_hz_p99", "reaction_ms"), False),
+            ("control", self.control, ("delivered_action_hz_p50", "delivered_action_hz_p99"), False),
             ("control", self.control, ("control_hz", "actions_per_chunk"), True),
             ("model", self.model, ("params", "tokens_per_camera"), False),
             ("device", self.device, ("price_usd",), False),
-            ("device", self.device, ("memory_gb",), True),
+            ("device", self.device, ("memory_gb", "usable_memory_gb"), True),
             ("memory", self.memory, tuple(MemoryInfo.model_fields), False),
             ("energy", energy, tuple(EnergyResult.model_fields), False),
             ("cost", cost, tuple(CostReport.model_fields), False),

@@ -9,29 +9,22 @@ from vlabench.cli.views.console import safe
 from vlabench.cli.views.tables import FittedTable
 
 # The column each priority orders by, and the order the others are left out in when the terminal is narrow.
-PRIORITY_COLUMN = {"cost": "$/1M act", "energy": "J/action", "time": "p99 ms"}
-DROP_ORDER = ["p50 ms", "act/s p99", "prec", "J/action", "$/1M act", "p99 ms"]
+PRIORITY_COLUMN = {"cost": "$/1M act", "energy": "J/action", "time": "p50 ms"}
+DROP_ORDER = ["inf/s p99", "execution", "act/s", "prec", "error", "J/action", "$/1M act", "p50 ms", "reaction ms"]
+NUMBERS = {"#", "p50 ms", "reaction ms", "inf/s p99", "act/s", "error", "J/action", "$/1M act"}
 
 
 def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> FittedTable:
-    """Narrow terminals lose the figures other than the priority's first; the names and the verdict always stay."""
+    """Narrow terminals lose the figures other than the priority's first; the names and the verdict always stay.
+    Ranks are numbered within their group: approximate rows (lossy optimizations or precision) carry "≈" and their
+    action error."""
     kept = PRIORITY_COLUMN.get(priority)
+    columns = ["#", "model", "device", "backend", "prec", "p50 ms", "reaction ms", "inf/s p99", "execution"]
     table = FittedTable(
-        f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; ◆ = Pareto-optimal)",
-        [
-            "#",
-            "model",
-            "device",
-            "backend",
-            "prec",
-            "p50 ms",
-            "p99 ms",
-            "act/s p99",
-            "J/action",
-            "$/1M act",
-            "feasible",
-        ],
-        {"#", "p50 ms", "p99 ms", "act/s p99", "J/action", "$/1M act"},
+        f"CET ranking by {priority} at {control_hz:g} Hz (feasible rows first; exact rows, then ≈ approximate rows "
+        "ranked apart; ◆ = Pareto-optimal in its group)",
+        [*columns, "act/s", "error", "J/action", "$/1M act", "feasible"],
+        NUMBERS,
         keys={"model", "device", "backend"},
         drop=[column for column in DROP_ORDER if column != kept],
     )
@@ -41,7 +34,12 @@ def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> FittedT
         energy = f"{joules:.3g}{estimated}" if _present(joules) else "—"
         cost, electricity = row["usd_per_million_actions"], row["usd_per_million_actions_electricity_only"]
         dollars = f"{cost:.4g}" if _present(cost) else f"{electricity:.3g} elec." if _present(electricity) else "—"
-        rank_label = str(row["rank"]) if _present(row["rank"]) else ""
+        if row.get("cost_basis") == "electricity-only" and _present(electricity):
+            dollars = f"{electricity:.3g} elec."  # the group is ranked on electricity: show what was compared
+        approximate = bool(row.get("approximate"))
+        rank_label = ("≈" if approximate else "") + (str(row["rank"]) if _present(row["rank"]) else "")
+        error = row.get("action_error")
+        execution = "per-step" if row["execution"] == "per-step" else f"{row['execution']} ×{row['actions_per_chunk']}"
         table.add_row(
             rank_label + (" ◆" if row["pareto"] else ""),
             row["model"],
@@ -49,8 +47,11 @@ def rank_table(frame: pd.DataFrame, priority: str, control_hz: float) -> FittedT
             row["backend"],
             row["precision"],
             f"{row['latency_p50_ms']:.1f}",
-            f"{row['latency_p99_ms']:.1f}",
-            f"{row['action_hz_p99']:.1f}",
+            f"{row['reaction_ms']:.1f}",
+            f"{row['inference_hz_p99']:.3g}",
+            execution,
+            f"{row['delivered_action_hz']:.3g}",
+            f"{error:.2g}" if _present(error) else "—",
             energy,
             dollars,
             Text("yes", style="green") if row["feasible"] else safe(f"no: {row['reasons']}", style="red"),

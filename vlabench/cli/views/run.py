@@ -13,6 +13,7 @@ from rich.text import Text
 from vlabench.analysis.cet import feasibility
 from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
+from vlabench.results.assemble import execution_model
 from vlabench.results.schema import RunResult
 from vlabench.vocab import Phase
 
@@ -23,16 +24,17 @@ PROGRESS_AFTER_S = 3.0
 def plan_summary(plans: list[RunPlan]) -> Text:
     plan = plans[0]
     c, w = plan.config, plan.workload
-    backends = ", ".join(f"{p.backend.name} ({p.precision})" for p in plans)
+    backends = ", ".join(f"{p.backend.name} ({p.config.precision or p.precision})" for p in plans)
     lines = [
         f"model      {plan.spec.name}: {plan.footprint.params / 1e6:,.1f}M parameters, spec {plan.spec.spec_hash}",
         f"device     {plan.device.profile.name} ({plan.device.profile.display_name}) on {plan.device.torch_device}"
         f" — {plan.device.note}",
         f"backend    {backends}" + (", interleaved in one process" if len(plans) > 1 else ""),
         f"workload   {w.cameras} camera(s) × {plan.spec.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
-        f"tokens, {w.steps} denoising steps, chunk {w.chunk}, {w.actions_per_chunk} actions executed per chunk",
+        f"tokens, {w.steps} denoising steps, chunk {w.chunk}",
         f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
-        f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99",
+        f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99, "
+        f"execution {execution_model(c, w).label()}",
         f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
         f"energy     {energy_plan(plan)}",
         *(f"warning    {caveat}" for p in plans for caveat in p.caveats),
@@ -98,13 +100,23 @@ def result_tables(result: RunResult) -> list[Any]:
     ]
 
 
-def control_line(result: RunResult) -> Text:
-    """The control-rate verdict: MEETS or MISSES the target, judged on p99."""
+def control_line(result: RunResult) -> Group:
+    """The control-rate gate: inference rate, reaction delay, execution model and delivered action rate, then MEETS
+    or MISSES the target with the reason, judged on p99."""
     c = result.control
-    rates = f"{c.inference_hz_p50:.2f} inferences/s (p50); {c.action_hz_p50:.1f} actions/s (p50), {c.action_hz_p99:.1f}"
+    delivered = f"; delivers {c.delivered_action_hz_p50:.3g} actions/s (p50)" if c.execution != "per-step" else ""
     verdict = ("MEETS", "bold green") if c.meets_target else ("MISSES", "bold red")
-    chunk = f" (p99) at {c.actions_per_chunk} actions per chunk → "
-    return Text.assemble("control    ", rates, chunk, verdict, f" the {c.control_hz:g} Hz target")
+    lines = [
+        Text.assemble(
+            f"control    {c.inference_hz_p50:.3g} inferences/s (p50), {c.inference_hz_p99:.3g} (p99); reaction delay "
+            f"{c.reaction_ms:.4g} ms (p99); execution {c.label()}{delivered} → ",
+            verdict,
+            f" the {c.control_hz:g} Hz target" + (f": {c.reason}" if c.reason else ""),
+        )
+    ]
+    if c.regated_from:
+        lines.append(Text(f"           re-gated on reading ({c.regated_from})", style="dim"))
+    return Group(*lines)
 
 
 def optimization_lines(result: RunResult) -> list[Text]:
@@ -228,29 +240,37 @@ def cet_lines(result: RunResult) -> list[Text]:
     lines.append(
         Text(
             f"cost       ${cost.usd_per_million_actions:.4g} per 1M actions, ${cost.usd_per_robot_hour:.4g} per "
-            f"robot-hour at {cost.actions_per_robot_hour / 3600:.3g} actions/s{basis}; price {price}, "
+            f"robot-hour at {cost.actions_per_robot_hour / 3600:.3g} actions/s "
+            f"({cost.execution.label() if cost.execution else 'chunked, before schema 1.2'}){basis}; price {price}, "
             f"{cost.assumptions.lifetime_years:g} y × {cost.assumptions.duty_cycle:.0%} duty, "
             f"${cost.assumptions.electricity_usd_per_kwh:g}/kWh"
         )
     )
-    feasible, reasons = feasibility(
+    lines.append(feasibility_line(result))
+    return lines
+
+
+def feasibility_line(result: RunResult) -> Text:
+    """The whole gate: usable memory, the control gate under the run's execution model, correctness."""
+    e2e = result.timing.phases["e2e"]
+    _, reasons = feasibility(
         {
-            "device_memory_gb": result.device.memory_gb,
+            "device_memory_gb": result.device.usable_gb(),
+            "device_memory_nameplate_gb": result.device.memory_gb,
             "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
-            "actions_per_chunk": result.workload.actions_per_chunk,
-            "latency_p99_ms": result.timing.phases["e2e"].p99,
+            "latency_p50_ms": e2e.p50,
+            "latency_p99_ms": e2e.p99,
             "valid": result.valid,
+            "invalid_reason": result.invalid_reason,
         },
         result.control.control_hz,
+        result.control.execution_model(),
     )
-    lines.append(
-        Text.assemble(
-            "feasible   ",
-            ("yes", "bold green") if feasible else ("no", "bold red"),
-            f" ({'; '.join(reasons) or 'fits in memory and meets the target at p99'})",
-        )
+    return Text.assemble(
+        "feasible   ",
+        ("yes", "bold green") if not reasons else ("no", "bold red"),
+        f" ({'; '.join(reasons) or 'fits in usable memory and meets the target at p99'})",
     )
-    return lines
 
 
 class RunProgress:
