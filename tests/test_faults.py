@@ -2,10 +2,12 @@
 to stderr, and the run says where, exit 1), an unusable --out or --energy-log (refused before any model is built),
 the debris of killed writers and killed sweeps (removed on the next start), a redo killed after staging (resume
 never files a result under another run's name), a sweep matrix of billions of runs (refused at once, also with
---dry-run), and a Ray address that does not answer (refused with a message, not a hang)."""
+--dry-run), a Ray address that does not answer (refused with a message, not a hang), and a backend that crashes
+natively in a multi-backend run (named with its signal; the other backends' results are still written)."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -23,6 +25,8 @@ import yaml
 from typer.testing import CliRunner
 
 from vlabench.atomic import WriteError, atomic_write_text, remove_stale, unsaved_path
+from vlabench.backends import BACKENDS
+from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import save_result
 from vlabench.config import RunConfig
@@ -204,7 +208,9 @@ KILLED_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from vlabench.atomic import atomic_write_text
+    from vlabench.backends import BACKENDS
+from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
+from vlabench.atomic import atomic_write_text
     def stuck(fd):
         print("writing", flush=True)
         time.sleep(60)
@@ -388,3 +394,39 @@ def test_an_unreachable_ray_address_is_refused_with_a_message_not_a_hang(tmp_pat
     refused = vlabench("sweep", str(sweep), "--out", str(tmp_path / "out"), "--ray", address, timeout=60)
     assert refused.returncode == 3, refused.stderr
     assert f"cannot reach the Ray cluster at {address}" in " ".join(refused.stderr.split())
+
+
+# ---- a backend that crashes natively does not take a multi-backend run down with it ------------------------------
+
+
+class CrashingBackend(TorchBackend):
+    """Eager torch whose runtime dies natively (a read of address 0: SIGSEGV) in the middle of the timed iterations."""
+
+    name = "crashing"
+
+    def prepare(self, *args, **kwargs) -> TorchPolicy:
+        return CrashingPolicy(super().prepare(*args, **kwargs))
+
+
+class CrashingPolicy(TorchPolicy):
+    def __init__(self, inner: TorchPolicy) -> None:
+        super().__init__(inner.model, inner.device)
+        self.calls = 0
+
+    def denoise_step(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > 20:  # past the warm-up: the crash comes while the backends are timed, interleaved
+            ctypes.string_at(0)
+        return super().denoise_step(*args, **kwargs)
+
+
+def test_a_backend_crashing_natively_is_named_and_the_other_backends_results_are_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(BACKENDS, "crashing", CrashingBackend)
+    result = runner.invoke(app, ["run", *FAST, "-b", "torch,crashing", "-o", str(tmp_path)])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert f"backend 'crashing' (fp32) died from SIGSEGV (signal {signal.SIGSEGV.value})" in message
+    assert "the other backends' results are saved (1)" in message
+    written = [load_result(path) for path in tmp_path.glob("*.json")]
+    assert [r.backend for r in written] == ["torch"]
+    assert any("after the process shared by 2 backends died from SIGSEGV" in w for w in written[0].warnings)

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 
 from vlabench.backends.base import BackendOptions
 from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_compile_backend import COMPILE_MODES, CompiledPolicy, TorchCompileBackend
+from vlabench.backends.torch_compile_backend import COMPILE_MODES, CPU_INFERENCE, CompiledPolicy, TorchCompileBackend
 from vlabench.errors import InputError, UnavailableError
 from vlabench.measure.action_loops import EulerSampler
 from vlabench.models.replicas import build_replica
@@ -37,9 +37,17 @@ def test_compiled_fp32_matches_eager_and_compiles_in_prepare(name):
     assert details["compile_s"].keys() == {"vision", "prefill", "denoise"}
     assert all(seconds > 0 for seconds in details["compile_s"].values())
     assert details["fused_denoise_loop"] is False
+    assert details["inductor_settings"] == CPU_INFERENCE == {"freezing": True, "cpp_wrapper": True}
+    assert details["compile_total_s"] == pytest.approx(sum(details["compile_s"].values()), abs=1e-3)
     with torch._dynamo.config.patch(error_on_recompile=True):  # prepare() already compiled every phase
         actions = sample(policy, spec, workload, cpu)
     assert_matches(actions, sample(TorchBackend().prepare(spec, workload, cpu, "fp32", seed=0), spec, workload, cpu))
+    with torch.no_grad():  # frozen: the linear weights were folded into the compiled graphs (packed once)
+        for module in policy.model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.zero_()
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            assert torch.equal(sample(policy, spec, workload, cpu), actions)
 
 
 def test_unknown_compile_mode_is_an_input_error_listing_the_modes():

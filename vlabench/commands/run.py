@@ -13,6 +13,7 @@ from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
+from vlabench.commands.run_checks import check_optimizations, check_workload, with_checkpoint
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, VlabenchError
 from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
@@ -31,12 +32,10 @@ from vlabench.measure.timing import (
     measure_interleaved,
     plain_inference,
 )
-from vlabench.models.checkpoints import checkpoint_stamp
-from vlabench.models.replicas import replica_class
-from vlabench.models.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, ModelSpec, OpenVLASpec, load_model_spec
+from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
-from vlabench.results.assemble import assemble_result, energy_result
+from vlabench.results.assemble import assemble_result, energy_result, execution_model
 from vlabench.results.schema import EnergyResult, Optimization, RunResult, write_result
 from vlabench.telemetry.energy.external import read_power_log
 from vlabench.telemetry.energy.select import MeterChoice, choose_meter
@@ -82,7 +81,9 @@ def plan_run(config: RunConfig) -> RunPlan:
     check_workload(spec, workload)
     backend, options, device, engine = route_backend(config)
     check_optimizations(config, backend, schedule, spec)
-    precision = Precision.parse(config.precision or default_precision(backend, device.torch_device))
+    requested = Precision.parse(config.precision or default_precision(backend, device.torch_device), allow_auto=True)
+    auto = requested == Precision.AUTO  # probed when executed (commands/precision_auto.py); planned at fp32
+    precision = Precision.REFERENCE if auto else requested
     reason = backend.unavailable_reason(device.torch_device)
     if reason:
         raise UnavailableError(f"backend '{backend.name}' cannot run on {device.profile.display_name}: {reason}")
@@ -91,7 +92,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
     footprint = estimate_footprint(spec, workload, precision, backend.name, config.max_iterations)
     check_fits(spec, footprint, device.torch_device, precision)
-    if needs_reference(backend.is_reference, precision):
+    if auto or needs_reference(backend.is_reference, precision):
         reference = estimate_footprint(spec, workload, "fp32", "torch", config.max_iterations)
         check_fits(spec, reference, device.torch_device, "fp32 (correctness reference)")
     meter = choose_meter(
@@ -147,44 +148,6 @@ def prepare_checked(plan: RunPlan, backend: Backend | None = None) -> PreparedPo
     if problem:
         raise UnavailableError(f"{plan.backend.name} on {plan.device.profile.name}: {problem}; refusing the run")
     return policy
-
-
-def with_checkpoint(spec: ModelSpec, path: Path) -> ModelSpec:
-    """``spec`` loading the lerobot weights at ``path``; the file must exist and the family must have a mapping."""
-    if not hasattr(replica_class(spec), "LEROBOT_RENAMES"):
-        raise InputError(f"--checkpoint loads lerobot weights; {spec.name} has no lerobot layout")
-    return spec.model_copy(update={"checkpoint": checkpoint_stamp(path)})
-
-
-def check_workload(spec: ModelSpec, workload: Workload) -> None:
-    """Knobs a family's action head fixes: one call for single-pass heads, one token per action value for OpenVLA."""
-    if isinstance(spec, ActSpec | DiffusionPolicySpec) and workload.chunk != spec.action.chunk:
-        raise InputError(f"{spec.name}'s head is built for a {spec.action.chunk}-action chunk: --chunk cannot change")
-    if isinstance(spec, DiffusionPolicySpec) and workload.cameras != spec.cameras:
-        raise InputError(
-            f"{spec.name}'s U-Net condition is built for {spec.cameras} camera(s): --cameras cannot change"
-        )
-    positions = getattr(getattr(spec, "dit", None), "max_positions", None)  # GR00T's DiT embeds each action
-    if positions is not None and workload.chunk > positions:
-        raise InputError(f"{spec.name}'s DiT has {positions} action positions: --chunk must be at most {positions}")
-    if workload.sampler == "single_pass" and workload.steps != 1:
-        raise InputError(f"{spec.name} predicts its chunk in one pass: --steps must be 1")
-    if isinstance(spec, OpenVLASpec) and not spec.parallel:
-        tokens = workload.chunk * workload.action_dim
-        if workload.steps + 1 != tokens:
-            raise InputError(f"{spec.name} decodes {tokens} action tokens: --steps (decode calls) must be {tokens - 1}")
-
-
-def check_optimizations(config: RunConfig, backend: Backend, schedule: DPCacheSchedule | None, spec: ModelSpec) -> None:
-    if config.fuse_expert_kv and not backend.fuses_expert_kv:
-        fusing = ", ".join(name for name, cls in BACKENDS.items() if cls.fuses_expert_kv)
-        raise InputError(f"--fuse-expert-kv applies to the {fusing} backend, not '{backend.name}'")
-    if config.fuse_expert_kv and not isinstance(spec, FlowVLASpec):
-        raise InputError(f"--fuse-expert-kv applies to the flow-matching VLAs (smolvla, pi0, pi05), not {spec.name}")
-    if schedule is not None and spec.sampler not in ("euler", "ddpm", "ddim"):
-        raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.sampler}")
-    if schedule is not None and config.fuse_denoise_loop:
-        raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
 
 
 def default_precision(backend: Backend, device: torch.device) -> str:
@@ -273,8 +236,11 @@ def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
     return execute_many([plan], progress)[0]
 
 
-def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list[RunResult]:
-    """Prepare every plan's backend in this process, time them interleaved, then measure energy one by one."""
+def execute_many(
+    plans: list[RunPlan], progress: Progress | None = None, prepared: dict[int, PreparedPolicy] | None = None
+) -> list[RunResult]:
+    """Prepare every plan's backend in this process (``prepared``: plan index → a policy already prepared for it),
+    time them interleaved, then measure energy one by one."""
     first = plans[0]
     config, spec, workload = first.config, first.spec, first.workload
     started = datetime.now(timezone.utc)
@@ -295,11 +261,11 @@ def execute_many(plans: list[RunPlan], progress: Progress | None = None) -> list
     }
     contenders = [
         Contender(
-            prepare_checked(plan),
+            (prepared or {}).get(index) or prepare_checked(plan),
             make_sampler(plan.spec, workload, target, plan.schedule),
             seeded_inputs(plan, plan.precision),
         )
-        for plan in plans
+        for index, plan in enumerate(plans)
     ]
     settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
     measurements = measure_interleaved(contenders, settings, progress)
@@ -387,4 +353,5 @@ def measure_plan_energy(plan: RunPlan, contender: Contender) -> EnergyResult | N
         )
     finally:
         meter.close()
-    return energy_result(meter, windows, plan.workload.actions_per_chunk, plan.meter.notes)
+    actions = execution_model(plan.config, plan.workload).actions_per_inference
+    return energy_result(meter, windows, actions, plan.meter.notes)

@@ -1,0 +1,53 @@
+"""The run planner's checks on a request: a checkpoint's layout, the knobs a model family fixes, optimizations that
+need a capable backend or model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vlabench.backends import BACKENDS, Backend
+from vlabench.config import RunConfig
+from vlabench.errors import InputError
+from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.models.checkpoints import checkpoint_stamp
+from vlabench.models.replicas import replica_class
+from vlabench.models.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, ModelSpec, OpenVLASpec
+from vlabench.models.workload import Workload
+
+
+def with_checkpoint(spec: ModelSpec, path: Path) -> ModelSpec:
+    """``spec`` loading the lerobot weights at ``path``; the file must exist and the family must have a mapping."""
+    if not hasattr(replica_class(spec), "LEROBOT_RENAMES"):
+        raise InputError(f"--checkpoint loads lerobot weights; {spec.name} has no lerobot layout")
+    return spec.model_copy(update={"checkpoint": checkpoint_stamp(path)})
+
+
+def check_workload(spec: ModelSpec, workload: Workload) -> None:
+    """Knobs a family's action head fixes: one call for single-pass heads, one token per action value for OpenVLA."""
+    if isinstance(spec, ActSpec | DiffusionPolicySpec) and workload.chunk != spec.action.chunk:
+        raise InputError(f"{spec.name}'s head is built for a {spec.action.chunk}-action chunk: --chunk cannot change")
+    if isinstance(spec, DiffusionPolicySpec) and workload.cameras != spec.cameras:
+        raise InputError(
+            f"{spec.name}'s U-Net condition is built for {spec.cameras} camera(s): --cameras cannot change"
+        )
+    positions = getattr(getattr(spec, "dit", None), "max_positions", None)  # GR00T's DiT embeds each action
+    if positions is not None and workload.chunk > positions:
+        raise InputError(f"{spec.name}'s DiT has {positions} action positions: --chunk must be at most {positions}")
+    if workload.sampler == "single_pass" and workload.steps != 1:
+        raise InputError(f"{spec.name} predicts its chunk in one pass: --steps must be 1")
+    if isinstance(spec, OpenVLASpec) and not spec.parallel:
+        tokens = workload.chunk * workload.action_dim
+        if workload.steps + 1 != tokens:
+            raise InputError(f"{spec.name} decodes {tokens} action tokens: --steps (decode calls) must be {tokens - 1}")
+
+
+def check_optimizations(config: RunConfig, backend: Backend, schedule: DPCacheSchedule | None, spec: ModelSpec) -> None:
+    if config.fuse_expert_kv and not backend.fuses_expert_kv:
+        fusing = ", ".join(name for name, cls in BACKENDS.items() if cls.fuses_expert_kv)
+        raise InputError(f"--fuse-expert-kv applies to the {fusing} backend, not '{backend.name}'")
+    if config.fuse_expert_kv and not isinstance(spec, FlowVLASpec):
+        raise InputError(f"--fuse-expert-kv applies to the flow-matching VLAs (smolvla, pi0, pi05), not {spec.name}")
+    if schedule is not None and spec.sampler not in ("euler", "ddpm", "ddim"):
+        raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.sampler}")
+    if schedule is not None and config.fuse_denoise_loop:
+        raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
