@@ -14,12 +14,20 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
-from vlabench.backends.onnx_export import export_onnx, load_cache_class
+from vlabench.backends.onnx_export import ExportedModel, export_onnx, load_cache_class
+from vlabench.backends.onnxruntime_quantize import (
+    calibration_feeds,
+    check_scheme,
+    nbits_available,
+    quantize_exported,
+    quantized_details,
+)
 from vlabench.errors import InputError, UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_ORT_PROVIDER, ExecutionTarget
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
+from vlabench.vocab import Precision
 
 EXECUTION_PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -32,7 +40,7 @@ EXECUTION_PROVIDERS = {
     "qnn": "QNNExecutionProvider",
 }
 GPU_PROVIDERS = {"cuda", "tensorrt"}
-EXPORT_PRECISION = {"fp32": "fp32", "fp16": "fp16"}
+EXPORT_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "fp32", "int4": "fp32"}  # quantized from fp32
 
 
 def _numpy_type(dtype: torch.dtype) -> type:
@@ -167,11 +175,13 @@ class OnnxRuntimeBackend(Backend):
     def from_options(cls, options: BackendOptions) -> OnnxRuntimeBackend:
         return cls(options.ep, options.profile_nodes)
 
-    def __init__(self, ep: str | None = None, profile_nodes: bool = False) -> None:
+    def __init__(self, ep: str | None = None, profile_nodes: bool = False, int8_scheme: str = "dynamic") -> None:
+        """``int8_scheme``: ``dynamic`` or ``qdq`` (see ``onnxruntime_quantize.SCHEMES``)."""
         if ep is not None and ep not in EXECUTION_PROVIDERS:
             raise InputError(f"Unknown execution provider '{ep}'. Valid --ep values: {', '.join(EXECUTION_PROVIDERS)}.")
         self.ep = ep
         self.profile_nodes = profile_nodes
+        self.int8_scheme = check_scheme("int8", int8_scheme)
 
     def provider_for(self, device: torch.device) -> str:
         return self.ep or ("cuda" if device.type == "cuda" else "cpu")
@@ -188,19 +198,36 @@ class OnnxRuntimeBackend(Backend):
         return None
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
-        return ("fp32", "fp16") if self.provider_for(device) in GPU_PROVIDERS else ("fp32",)
+        """fp16 on the GPU providers; int8 (and int4 where the MatMulNBits quantizer ships) on the CPU provider."""
+        if self.provider_for(device) in GPU_PROVIDERS:
+            return ("fp32", "fp16")
+        if self.provider_for(device) != "cpu":
+            return ("fp32",)
+        return ("fp32", "int8", "int4") if nbits_available() else ("fp32", "int8")
 
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
         ort = _ort()
         exported = export_onnx(spec, workload, EXPORT_PRECISION[precision], seed)
+        quantization: dict[str, Any] = {}
+        if Precision.is_quantized(precision):
+            scheme = self.int8_scheme if precision == "int8" else check_scheme(precision, None)
+            fp32 = exported
+
+            def calibration() -> dict[str, list[dict]]:
+                sessions, cache_type = cpu_sessions(ort, fp32), load_cache_class(fp32.cache_class)
+                policy = OrtPolicy(sessions, torch.device("cpu"), {}, fp32.graphs, cache_type)
+                return calibration_feeds(policy, spec, workload, seed)
+
+            exported, reused = quantize_exported(exported, scheme, calibration)
+            quantization = quantized_details(scheme, exported.folder, reused)
         provider = EXECUTION_PROVIDERS[self.provider_for(device)]
         providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
         profile_dir = Path(tempfile.mkdtemp(prefix="vlabench-ort-profile-")) if self.profile_nodes else None
         sessions = {}
         for graph in exported.graphs:
-            options = self._session_options(ort, profile_dir, graph)
+            options = self.session_options(ort, profile_dir, graph)
             sessions[graph] = ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
         in_use = sessions["prefill"].get_providers()
         if provider not in in_use:
@@ -218,11 +245,12 @@ class OnnxRuntimeBackend(Backend):
             "node_profiling": self.profile_nodes,
             "onnx_folder": str(exported.folder),
             "onnx_reused": exported.reused,
+            **quantization,
         }
         return OrtPolicy(sessions, device, details, exported.graphs, load_cache_class(exported.cache_class))
 
     @staticmethod
-    def _session_options(ort: Any, profile_dir: Path | None, graph: str) -> Any:
+    def session_options(ort: Any, profile_dir: Path | None, graph: str) -> Any:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = torch.get_num_threads()
@@ -232,3 +260,15 @@ class OnnxRuntimeBackend(Backend):
             options.enable_profiling = True
             options.profile_file_prefix = str(profile_dir / graph)
         return options
+
+
+def cpu_sessions(ort: Any, exported: ExportedModel) -> dict[str, Any]:
+    """CPU-provider sessions over ``exported``'s graphs (the fp32 graphs a quantizer calibrates on)."""
+    return {
+        graph: ort.InferenceSession(
+            str(exported.graph(graph)),
+            OnnxRuntimeBackend.session_options(ort, None, graph),
+            providers=["CPUExecutionProvider"],
+        )
+        for graph in exported.graphs
+    }

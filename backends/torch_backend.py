@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
+from vlabench.backends.torch_quantize import build_quantized_replica, quantized_precisions
 from vlabench.errors import UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
@@ -19,10 +20,17 @@ from vlabench.vocab import Precision
 
 
 class TorchPolicy(PreparedPolicy):
-    def __init__(self, model: nn.Module, device: torch.device, hoister: ExpertKVHoister | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        hoister: ExpertKVHoister | None = None,
+        quantization: dict[str, Any] | None = None,
+    ) -> None:
         self.model = model
         self.device = device
         self.hoister = hoister
+        self.quantization = quantization or {}
 
     @torch.inference_mode()
     def embed_images(self, obs: Observation) -> Tensor:
@@ -45,7 +53,8 @@ class TorchPolicy(PreparedPolicy):
     def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
         if self.hoister is None:
             return self.prefix
-        lane = TorchPolicy(self.model, self.device, ExpertKVHoister(self.model, self.hoister.suffix_tokens))
+        hoister = ExpertKVHoister(self.model, self.hoister.suffix_tokens)
+        lane = TorchPolicy(self.model, self.device, hoister, self.quantization)
         return lane.prefix
 
     def executed_on(self) -> ExecutionTarget:
@@ -62,6 +71,7 @@ class TorchPolicy(PreparedPolicy):
             "intra_op_threads": torch.get_num_threads(),
             "sdpa": "torch.nn.functional.scaled_dot_product_attention",
             "fuse_expert_kv": self.hoister is not None,
+            **self.quantization,
         }
 
 
@@ -92,12 +102,21 @@ class TorchBackend(Backend):
             return f"torch {torch.__version__} has no usable CUDA device (CUDA build: {torch.version.cuda or 'no'})"
         return None
 
+    def precisions(self, device: torch.device) -> tuple[str, ...]:
+        """The float precisions, and int8/int4 where torchao (and, for int4, the device) supports them."""
+        return (*Precision.DTYPES, *quantized_precisions(device))
+
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
-        model = build_replica(spec, seed, Precision.DTYPES[precision], device)
+        quantization = None
+        if Precision.is_quantized(precision):
+            model, quantizer = build_quantized_replica(spec, seed, precision, device)
+            quantization = quantizer.details()
+        else:
+            model = build_replica(spec, seed, Precision.DTYPES[precision], device)
         hoister = ExpertKVHoister(model, workload.suffix_tokens) if self.fuse_expert_kv else None
-        return TorchPolicy(model, device, hoister)
+        return TorchPolicy(model, device, hoister, quantization)
 
 
 def torch_device_for(engine: str) -> torch.device:

@@ -19,7 +19,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from vlabench.errors import InsufficientMemoryError
-from vlabench.models.replicas import count_parameters
+from vlabench.models.replicas import count_parameters, replica_class
 from vlabench.models.specs import DecoderSpec, FlowVLASpec, ModelSpec
 from vlabench.models.workload import Workload
 from vlabench.vocab import Precision
@@ -47,6 +47,8 @@ TRACE_SHARE = 16
 """Tracing a replica allocates its inputs on the host: only when they take at most 1/16 of its free memory, so the
 estimate itself can never exhaust memory."""
 FLOAT = 4  # scores, softmax and the fp32 copies of inputs are fp32 whatever the run's precision
+QUANT_OVERHEAD = 0.125
+"""Quantized weights' scales and zero points (int4 groups of 32-128: 2-12%; int8 per channel: < 1%)."""
 
 
 class Footprint(BaseModel):
@@ -68,9 +70,10 @@ def estimate_footprint(
     module docstring). Flow-matching VLAs are counted analytically; the other families from their traced operators
     (twice the largest one's activations), unless the inputs the trace creates would take over 1/TRACE_SHARE of
     this host's free memory: such a workload is not traced, and counted as more than the host has."""
-    size = Precision.BYTES[precision]
+    float_precision = "fp32" if Precision.is_quantized(precision) else precision  # quantized: fp32 activations
+    size = int(Precision.BYTES[float_precision])
     params = count_parameters(spec)
-    weights = params * size
+    weights = weight_bytes(spec, precision)
     buffers = input_bytes(workload, size) + iterations * (workload.steps + SPANS_PER_INFERENCE) * SPAN_BYTES
     exported = backend in EXPORTED
     if isinstance(spec, FlowVLASpec):
@@ -81,11 +84,12 @@ def estimate_footprint(
     else:
         from vlabench.analysis.flops_traced import trace_operators
 
-        ops = trace_operators(spec, workload, precision)
+        ops = trace_operators(spec, workload, float_precision)
         kv_cache = int(max(op.kv_read_bytes for op in ops))
         activations = int(2 * max(op.activation_bytes for op in ops))
         buffers += kv_cache
-    runtime = RUNTIME_BYTES.get(backend, max(RUNTIME_BYTES.values())) + (2 * weights if exported else 0)
+    exporter_copies = 2 * (params * FLOAT if Precision.is_quantized(precision) else weights)  # quantized from fp32
+    runtime = RUNTIME_BYTES.get(backend, max(RUNTIME_BYTES.values())) + (exporter_copies if exported else 0)
     return Footprint(
         params=params,
         weights_bytes=weights,
@@ -95,6 +99,26 @@ def estimate_footprint(
         runtime_bytes=runtime,
         total_bytes=int((weights + kv_cache + activations + buffers + runtime) * HEADROOM),
     )
+
+
+def weight_bytes(spec: ModelSpec, precision: str) -> int:
+    """The weights at ``precision``. Quantized: the Linear layers at ``Precision.BYTES`` plus their scales
+    (QUANT_OVERHEAD), everything else (embeddings, norms, convolutions) at fp32, plus one Linear layer at fp32 (the
+    quantized build fills and quantizes one layer at a time)."""
+    params = count_parameters(spec)
+    if not Precision.is_quantized(precision):
+        return int(params * Precision.BYTES[precision])
+    linear, largest = linear_parameters(spec)
+    quantized = linear * Precision.BYTES[precision] * (1 + QUANT_OVERHEAD)
+    return int(quantized + (params - linear) * FLOAT + largest * FLOAT)
+
+
+def linear_parameters(spec: ModelSpec) -> tuple[int, int]:
+    """(Weights in the replica's Linear layers, the largest one's), counted on the meta device."""
+    with torch.device("meta"):
+        model = replica_class(spec)(spec)
+    sizes = [module.weight.numel() for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    return sum(sizes), max(sizes, default=0)
 
 
 def observation_elements(workload: Workload) -> int:
@@ -188,7 +212,7 @@ def check_fits(spec: ModelSpec, footprint: Footprint, device: torch.device, prec
             f"GiB, inputs and buffers {footprint.buffer_bytes / gib:.2f} GiB, runtime "
             f"{footprint.runtime_bytes / gib:.2f} GiB, +{(HEADROOM - 1) * 100:.0f}% headroom) but only "
             f"{available / gib:.1f} GiB is available. Try a smaller --chunk or fewer --cameras, a lower precision "
-            "(--precision bf16), or a smaller model."
+            "(--precision bf16, or int8/int4 on the torch and onnxruntime backends), or a smaller model."
         )
 
 

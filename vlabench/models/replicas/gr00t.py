@@ -134,7 +134,7 @@ class TimestepEncoder(nn.Module):
         self.linear_2 = nn.Linear(width, width)
 
     def forward(self, steps: Tensor) -> Tensor:
-        embedded = sinusoid(steps, self.channels, flip=True, shift=1.0).to(self.linear_1.weight.dtype)
+        embedded = sinusoid(steps, self.channels, flip=True, shift=1.0).to(self.linear_1.bias.dtype)
         return self.linear_2(F.silu(self.linear_1(embedded)))
 
 

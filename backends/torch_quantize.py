@@ -1,0 +1,187 @@
+"""Quantized torch replicas: int8 and int4 Linear layers through torchao and torch's own int4 kernels.
+
+The replica is built module by module (``build_replica(transform=...)``): each Linear is filled with its seeded
+fp32 weights and quantized at once, so the float model never exists whole (OpenVLA-7B: 30 GB at fp32) and peak
+memory is the quantized model plus one float layer. Everything but the Linear layers (embeddings, norms,
+convolutions, the LM head read as a matrix) stays at fp32, as do activations between layers.
+
+Schemes, per device type:
+
+- CPU int8: torchao ``Int8DynamicActivationInt8WeightConfig`` (weights int8 per-channel symmetric, activations
+  int8 per-token dynamic; the matmul is ``torch._int_mm``). torchao's int8 weight-only path dequantizes on every
+  call on CPU, which made a 4096×4096 matvec about 10× slower than fp32 here.
+- CPU int4: weight-only, groups of 128 (or the largest of 64/32 dividing the input width): torchao's tinygemm
+  group qparams (``groupwise_affine_quantize_tensor``) packed and multiplied by torch's int4 CPU kernels
+  (``aten._convert_weight_to_int4pack_for_cpu`` / ``aten._weight_int4pack_mm_for_cpu``, the kernels torchao's
+  former ``Int4CPULayout`` called). torchao 0.18's own int4 tensors have no CPU path in a CPU torch build
+  (``Int4WeightOnlyConfig`` needs mslk or CUDA). Activations enter each int4 linear in bf16 (the kernel's fast
+  path; fp32 is over 20× slower) and leave as fp32.
+- CUDA int8: torchao ``Int8WeightOnlyConfig``; CUDA int4: torchao ``Int4WeightOnlyConfig`` (group 128, tinygemm
+  ``tile_packed_to_4d``, bf16 activations inside each linear). Built and gated on CUDA; not exercised on CPU hosts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
+
+from vlabench.errors import UnavailableError
+from vlabench.models.replicas import build_replica
+from vlabench.models.specs import ModelSpec
+from vlabench.vocab import Precision
+
+GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU kernel takes 32-256)
+INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
+KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
+INT4_ACTIVATIONS = torch.bfloat16
+SCHEMES = {
+    ("cpu", "int8"): "torchao int8 dynamic activation + int8 weight (weights int8 per-channel symmetric, "
+    "activations int8 per-token dynamic)",
+    ("cpu", "int4"): "int4 weight-only, asymmetric groups of 128 (torchao tinygemm qparams, torch "
+    "aten._weight_int4pack_mm_for_cpu kernel, bf16 activations inside each linear)",
+    ("cuda", "int8"): "torchao int8 weight-only (per-channel)",
+    ("cuda", "int4"): "torchao int4 weight-only, group 128 (tinygemm tile_packed_to_4d, bf16 activations inside "
+    "each linear)",
+}
+
+
+def torchao_missing() -> str | None:
+    """None when torchao is importable, else how to get it."""
+    if importlib.util.find_spec("torchao") is None:
+        return "quantized torch runs need torchao: pip install torchao"
+    return None
+
+
+def quantized_precisions(device: torch.device) -> tuple[str, ...]:
+    """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0)."""
+    if torchao_missing() or device.type not in ("cpu", "cuda"):
+        return ()
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return ()
+        return ("int8", "int4") if torch.cuda.get_device_capability(device) >= (8, 0) else ("int8",)
+    return ("int8", "int4")
+
+
+def scheme(device: torch.device, precision: str) -> str:
+    return SCHEMES[(device.type, precision)]
+
+
+class Int4PackedLinear(nn.Module):
+    """A Linear whose weight is int4 in torch's CPU int4-pack layout; bf16 inside the kernel, fp32 outside."""
+
+    def __init__(self, linear: nn.Linear, group: int) -> None:
+        super().__init__()
+        from torchao.quantization.utils import groupwise_affine_quantize_tensor
+
+        self.in_features, self.out_features, self.group = linear.in_features, linear.out_features, group
+        codes, scales_and_zeros = groupwise_affine_quantize_tensor(
+            linear.weight.detach().float(), 4, group, INT4_ACTIVATIONS
+        )
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.int(), 1))
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features).to(INT4_ACTIVATIONS)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, self.scales_and_zeros)
+        out = out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 group={self.group}"
+
+
+class CastLinear(nn.Module):
+    """Runs a torchao-quantized Linear that takes ``dtype`` activations from a model whose activations are fp32."""
+
+    def __init__(self, inner: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.inner, self.dtype = inner, dtype
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.inner(x.to(self.dtype)).to(x.dtype)
+
+
+def int4_group(linear: nn.Linear) -> int | None:
+    """The int4 group size for this layer's input width, or None when the int4 kernels cannot take its shape."""
+    if linear.out_features % INT4_ROWS:
+        return None
+    return next((size for size in GROUP_SIZES if linear.in_features % size == 0), None)
+
+
+class Quantizer:
+    """The ``build_replica`` transform for one (device, precision): quantizes each eligible Linear, counts them."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        if (device.type, precision) not in SCHEMES:
+            raise UnavailableError(f"the torch backend has no {precision} scheme on {device.type}")
+        missing = torchao_missing()
+        if missing:
+            raise UnavailableError(missing)
+        self.device, self.precision = device, precision
+        self.quantized: dict[str, int] = {}  # layer -> weights quantized
+        self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
+        self.groups: set[int] = set()
+
+    def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
+        if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
+            return None  # attention modules that read their projection's weight directly keep it
+        group = int4_group(module) if self.precision == "int4" else None
+        if name.rsplit(".", 1)[-1] in KEEP_FLOAT or (self.precision == "int4" and group is None):
+            self.kept[name] = module.weight.numel()
+            return None
+        self.quantized[name] = module.weight.numel()
+        if self.precision == "int4" and self.device.type == "cpu":
+            self.groups.add(group)
+            return Int4PackedLinear(module, group)
+        return self._torchao(module, group)
+
+    def _torchao(self, module: nn.Linear, group: int | None) -> nn.Module:
+        from torchao.quantization import (
+            Int4WeightOnlyConfig,
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            quantize_,
+        )
+
+        if self.precision == "int4":  # CUDA: tinygemm takes bf16 weights and activations
+            self.groups.add(128)
+            inner = nn.Sequential(module.to(torch.bfloat16))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                quantize_(inner, Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"))
+            return CastLinear(inner[0], torch.bfloat16)
+        config = Int8DynamicActivationInt8WeightConfig() if self.device.type == "cpu" else Int8WeightOnlyConfig()
+        holder = nn.Sequential(module)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_(holder, config)
+        return holder[0]
+
+    def details(self) -> dict[str, Any]:
+        """What was quantized and how, for the run's backend details."""
+        text = scheme(self.device, self.precision)
+        if self.precision == "int4" and self.groups != {128}:
+            text = text.replace("groups of 128", f"groups of {'/'.join(str(g) for g in sorted(self.groups))}")
+        total = sum(self.quantized.values()) + sum(self.kept.values())
+        return {
+            "quantization": text,
+            "quantized_linears": len(self.quantized),
+            "quantized_weight_share": round(sum(self.quantized.values()) / total, 4) if total else 0.0,
+            "float_linears": sorted(self.kept),
+        }
+
+
+def build_quantized_replica(
+    spec: ModelSpec, seed: int, precision: str, device: torch.device
+) -> tuple[nn.Module, Quantizer]:
+    """The seeded replica with its Linear layers quantized as they are built (never whole at fp32)."""
+    quantizer = Quantizer(device, precision)
+    model = build_replica(spec, seed, Precision.dtype(precision), device, transform=quantizer)
+    return model, quantizer
