@@ -4,11 +4,12 @@
         [--devices jetson-orin-nano-8gb jetson-agx-orin-64gb jetson-thor rtx-4090] [--control-hz 10] [--json-out FILE]
 
 For every model and device it runs the command a user would run, ``vlabench project --model M --device D --stack
-pytorch-eager --json``: the fitted projection model (roofline / achieved share of peak + kernels × cost per kernel ×
-host factor, parameters fitted on ``profiles/reported/latencies.yaml``) with the stack's leave-one-out error band,
-and gates the projected latency with ``analysis.cet.gate`` (per-step: one inference per control step). Every figure
-is a projection (labelled ``projected``), never a measurement. Prints a Markdown table; ``--json-out`` writes the
-commands and their rows (the artifact ``benchmarks/render_docs.py`` renders).
+pytorch-eager --json``: the fitted projection model (roofline / achieved share of peak + kernels × (cost per kernel
+× host factor + device-side time per kernel), parameters fitted on ``profiles/reported/latencies.yaml``) with the
+stack's leave-one-out error band, and gates the projected latency with ``analysis.cet.gate`` (per-step: one
+inference per control step). Every figure is a projection (labelled ``projected``), never a measurement. Prints a
+Markdown table; ``--json-out`` writes the commands and their rows (the artifact ``benchmarks/render_docs.py``
+renders).
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
     python3 benchmarks/projection_error.py [--json-out FILE]
 
 For each entry of ``profiles/reported/latencies.yaml`` (all ``reported``, each with its source): the per-operator
-roofline floor on the device's datasheet ceiling and its error, and the projection of ``vlabench project``
-(roofline / achieved share of peak + kernels × cost per kernel × host factor) with parameters fitted on every
-*other* entry (leave-one-out: no entry is scored with a parameter fitted on it). Prints a Markdown table and the
-median absolute errors, over every entry and over the 18 entries scored before the Fig. 2 ACT and Diffusion Policy
-rates were added; ``--json-out`` also writes them as JSON (the artifact ``benchmarks/render_docs.py`` renders).
+roofline floor on the device's datasheet ceiling and its error, and the projection of ``vlabench project`` (roofline
+/ achieved share of peak + kernels × (cost per kernel × host factor + device-side time per kernel)) with parameters
+fitted on every *other* entry (leave-one-out: no entry is scored with a parameter fitted on it). Prints a Markdown
+table and the median absolute errors, over every entry and over the 18 entries scored before the Fig. 2 ACT and
+Diffusion Policy rates were added; ``--json-out`` also writes them as JSON (the artifact
+``benchmarks/render_docs.py`` renders).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> None:
             f"{stack}: share of peak {value.share_of_peak:.1%}, {value.dispatch_us:.2f} µs per kernel "
             f"(fitted on {value.observations}), leave-one-out band ±{bands[stack]:.0%}"
         )
+    print(f"device-side work per kernel: {model.parameters.kernel_gflop:.3g} GFLOP-equivalent (time = that / peak)")
     print("host factors: " + ", ".join(f"{d} {v:.3g}" for d, v in model.parameters.host_factor.items()))
     if args.json_out:
         document = {

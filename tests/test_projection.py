@@ -7,12 +7,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from vlabench.analysis import projection_score
+from vlabench.analysis import projection_cache, projection_score
 from vlabench.analysis.kernel_counts import count_kernels, fused_count
 from vlabench.analysis.projection_fit import FittedParameters, Observation, StackParameters, fit
 from vlabench.analysis.projection_score import Inputs, project_phases, score_projections
 from vlabench.analysis.reported import ReportedLatency
+from vlabench.analysis.roofline import analyze, datasheet_ceiling
 from vlabench.cli import app
+from vlabench.hardware.devices import load_device_profile
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
 
@@ -69,14 +71,16 @@ def params(**hosts: float) -> FittedParameters:
             "pytorch-eager": StackParameters(share_of_peak=0.25, dispatch_us=10.0, fitted_on="x", observations=1),
             "pytorch-compiled": StackParameters(share_of_peak=0.5, dispatch_us=4.0, fitted_on="x", observations=1),
         },
+        kernel_gflop=0.2,
         host_factor=hosts,
         device_kinds={name: "soc" for name in hosts},
         observations=["x"],
     )
 
 
-def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host():
+def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host_plus_device_time():
     inputs = Inputs(
+        peak_tflops=100.0,
         roofline_ms={"vision": 1.0, "prefill": 2.0, "action": 4.0, "e2e": 7.0},
         kernels={
             "eager": {"vision": 100, "prefill": 200, "action": 400, "e2e": 700},
@@ -84,12 +88,13 @@ def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host()
         },
     )
     eager = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-eager", "jetson-thor", "soc")
-    assert eager.phases_ms["prefill"] == pytest.approx(2.0 / 0.25 + 200 * 10e-3 * 3.0)
+    device_ms = 0.2 / 100.0  # kernel_gflop / peak: the device-side time of every kernel
+    assert eager.phases_ms["prefill"] == pytest.approx(2.0 / 0.25 + 200 * (10e-3 * 3.0 + device_ms))
     assert eager.phases_ms["e2e"] == pytest.approx(sum(eager.phases_ms[p] for p in ("vision", "prefill", "action")))
-    assert eager.busy_share == pytest.approx((7.0 / 0.25) / eager.phases_ms["e2e"])
+    assert eager.busy_share == pytest.approx((7.0 / 0.25 + 700 * device_ms) / eager.phases_ms["e2e"])
     compiled = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-compiled", "jetson-thor", "soc")
     assert compiled.kernels["action"] == 40  # the fused count
-    assert compiled.phases_ms["action"] == pytest.approx(4.0 / 0.5 + 40 * 4e-3 * 3.0)
+    assert compiled.phases_ms["action"] == pytest.approx(4.0 / 0.5 + 40 * (4e-3 * 3.0 + device_ms))
     # a device with no fitted factor takes the median of fitted devices of its kind; tensorrt borrows its stack's
     other = project_phases(inputs, params(**{"jetson-thor": 3.0}), "tensorrt", "jetson-orin-nano-8gb", "soc")
     assert other.host_factor == 3.0 and "borrowed from pytorch-compiled" in other.parameters_source
@@ -105,16 +110,21 @@ def test_fused_stacks_launch_fewer_kernels_than_eager():
 
 
 def test_the_fit_recovers_parameters_of_noiseless_data():
-    truth = {"share": 0.4, "dispatch_ms": 0.02, "host": 5.0}
+    truth = {"share": 0.4, "dispatch_ms": 0.02, "host": 5.0, "gflop": 0.5}
     observations = []
     for i, (roofline, kernels) in enumerate([(10.0, 1000), (40.0, 500), (5.0, 4000), (80.0, 3000)]):
+        # each device at two precisions (two peaks): what separates host time from device-side kernel time
+        peak = (165.0, 5.0)[i % 2]
         for device, host in (("rtx-4090", 1.0), ("jetson-thor", truth["host"])):
-            ms = roofline / truth["share"] + kernels * truth["dispatch_ms"] * host
-            observations.append(Observation(f"{i} {device}", "pytorch-eager", device, "soc", roofline, kernels, ms))
+            ms = roofline / truth["share"] + kernels * (truth["dispatch_ms"] * host + truth["gflop"] / peak)
+            observations.append(
+                Observation(f"{i} {device}", "pytorch-eager", device, "soc", roofline, kernels, peak, ms)
+            )
     fitted = fit(observations)
     assert fitted.stacks["pytorch-eager"].share_of_peak == pytest.approx(truth["share"], rel=0.05)
     assert fitted.stacks["pytorch-eager"].dispatch_us == pytest.approx(truth["dispatch_ms"] * 1e3, rel=0.05)
     assert fitted.host_factor["jetson-thor"] == pytest.approx(truth["host"], rel=0.05)
+    assert fitted.kernel_gflop == pytest.approx(truth["gflop"], rel=0.05)
 
 
 def test_leave_one_out_never_uses_the_held_out_entry():
@@ -187,3 +197,66 @@ def test_a_model_that_does_not_fit_says_so(tiny_entries):
     assert row["fits"] is False and row["memory_needed_gb"] > row["usable_memory_gb"] == 8
     table = runner.invoke(app, args, env={"COLUMNS": "250"})
     assert "does NOT fit" in table.output
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache root, and no traced facts or fit remembered in this process."""
+    monkeypatch.setenv("VLABENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(projection_cache, "_FACTS", {})
+    projection_score.fitted_parameters.cache_clear()
+    projection_score.fitted_model.cache_clear()
+    yield tmp_path / "projection"
+    projection_score.fitted_parameters.cache_clear()
+    projection_score.fitted_model.cache_clear()
+
+
+def test_traced_facts_are_cached_on_disk_and_keyed_by_what_they_depend_on(fresh_cache, monkeypatch):
+    spec = load_model_spec("smolvla-tiny")
+    workload = Workload.from_spec(spec)
+    first = projection_cache.model_facts(spec, workload, "bf16")
+    assert len(list((fresh_cache / "facts").glob("*.json"))) == 1
+    monkeypatch.setattr(projection_cache, "_FACTS", {})  # a new process: only the disk remembers
+
+    def no_trace(*args):
+        raise AssertionError("traced again although the disk cache holds these facts")
+
+    monkeypatch.setattr(projection_cache, "_trace_facts", no_trace)
+    assert projection_cache.model_facts(spec, workload, "bf16") == first  # a hit: nothing traced
+    with pytest.raises(AssertionError, match="traced again"):  # another precision, workload or spec is a miss
+        projection_cache.model_facts(spec, workload, "fp32")
+    with pytest.raises(AssertionError, match="traced again"):
+        projection_cache.model_facts(spec, Workload.from_spec(spec, steps=workload.steps + 1), "bf16")
+    with pytest.raises(AssertionError, match="traced again"):
+        projection_cache.model_facts(spec.model_copy(update={"description": "an edited spec"}), workload, "bf16")
+    monkeypatch.setattr(projection_cache, "code_fingerprint", lambda sources: "edited code")
+    with pytest.raises(AssertionError, match="traced again"):  # an edit of the tracing code is a miss too
+        projection_cache.model_facts(spec, workload, "bf16")
+
+
+def test_the_fit_is_cached_and_refitted_when_an_entry_changes(fresh_cache, tiny_entries, monkeypatch):
+    first = projection_score.fitted_model()
+    assert len(list((fresh_cache / "loo").glob("*.json"))) == 1
+    projection_score.fitted_parameters.cache_clear()
+    projection_score.fitted_model.cache_clear()
+    calls = []
+    monkeypatch.setattr(projection_score, "fit", lambda observations: calls.append(1) or first.parameters)
+    assert projection_score.fitted_model() == first and calls == []  # read back, nothing refitted
+    changed = [*tiny_entries[:-1], tiny_entries[-1].model_copy(update={"phases_ms": {"e2e": 40.0}})]
+    monkeypatch.setattr(projection_score, "reported_latencies", lambda: changed)
+    projection_score.fitted_parameters.cache_clear()
+    projection_score.fitted_model.cache_clear()
+    projection_score.fitted_model()
+    assert len(calls) == 1 + len(changed)  # the all-entries fit and one leave-one-out fit per entry
+
+
+@pytest.mark.parametrize("model", ["act-tiny", "smolvla-tiny"])  # traced operators; analytic ones over 10 steps
+def test_the_fast_floor_equals_the_roofline_analysis(model):
+    spec = load_model_spec(model)
+    workload = Workload.from_spec(spec)
+    profile = load_device_profile("jetson-thor")
+    ceiling = datasheet_ceiling(profile, "bf16")
+    report = analyze(spec, workload, "bf16", profile.name, [ceiling], top_operators=0)
+    inputs = projection_score.model_inputs(spec, workload, "bf16", profile)
+    for phase in ("vision", "prefill", "action", "e2e"):
+        assert inputs.roofline_ms[phase] == pytest.approx(report.phase(phase).bounds["datasheet"].floor_ms, rel=1e-9)

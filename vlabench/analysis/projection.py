@@ -10,10 +10,16 @@ linear power model as ``vlabench run --energy-meter estimated``. Cost follows ``
 from __future__ import annotations
 
 from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
-from vlabench.analysis.memory import estimate_footprint
 from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.analysis.projection_cache import model_facts
 from vlabench.analysis.projection_fit import get_stack, stack_for_backend, stacks
-from vlabench.analysis.projection_score import entry_inputs, fitted_model, model_inputs, project_phases
+from vlabench.analysis.projection_score import (
+    entry_inputs,
+    fitted_model,
+    fitted_parameters,
+    model_inputs,
+    project_phases,
+)
 from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import DeviceProfile, all_profiles, load_device_profile
 from vlabench.models.specs import load_model_spec, model_names
@@ -49,7 +55,8 @@ def estimated_joules_per_inference(
     steps: int | None = None,
 ) -> float | None:
     """Estimated J per inference at a given (e.g. published) latency: utilization is the share of it the fitted
-    stack's kernels keep the device busy (roofline / share of peak), capped at 1; None without a TDP or ceiling."""
+    stack's kernels keep the device busy (roofline / share of peak + device-side kernel time), capped at 1; None
+    without a TDP or ceiling."""
     profile = load_device_profile(device)
     if profile.tdp_w is None or latency_ms <= 0:
         return None
@@ -59,8 +66,11 @@ def estimated_joules_per_inference(
         inputs = entry_inputs(model, device, precision, workload.cameras, workload.steps)
     except InputError:
         return None
-    share = fitted_model().parameters.for_stack(stack)[0].share_of_peak
-    return joules(profile, latency_ms, inputs.roofline_ms["e2e"] / share / latency_ms)
+    params = fitted_parameters()
+    share = params.for_stack(stack)[0].share_of_peak
+    kernels = inputs.kernels[get_stack(stack).kernel_scheme]["e2e"]
+    busy = inputs.roofline_ms["e2e"] / share + kernels * params.kernel_gflop / inputs.peak_tflops
+    return joules(profile, latency_ms, busy / latency_ms)
 
 
 def device_stacks(profile: DeviceProfile) -> list[str]:
@@ -92,7 +102,7 @@ def project_one(model: str, device: str, stack: str, precision: str, control_hz:
     inputs = model_inputs(spec, workload, precision, profile)
     projected = project_phases(inputs, model_fit.parameters, stack, device, profile.kind)
     e2e = projected.phases_ms["e2e"]
-    needed = estimate_footprint(spec, workload, precision).total_bytes / 1e9
+    needed = model_facts(spec, workload, precision).footprint_bytes / 1e9
     usable = profile.memory_gb.value if profile.memory_gb else None
     energy = joules(profile, e2e, projected.busy_share)
     idle = _idle_w(profile)

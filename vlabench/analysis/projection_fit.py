@@ -1,10 +1,13 @@
 """The projection model's parameters: per software stack, fitted on observed latencies; per device, a host factor.
 
-A phase takes ``roofline_ms / share + kernels × dispatch_ms × host``: ``roofline_ms`` is the per-operator roofline
-floor (the sum of max(FLOPs/peak, bytes/bandwidth) on the device's datasheet ceiling), ``share`` the stack's
-achieved share of peak, ``kernels`` the phase's kernel count under the stack's counting scheme
-(``kernel_counts``), ``dispatch_ms`` the stack's cost per kernel on the reference device's host and ``host`` the
-device's host factor (1 on the reference device; 1 for stacks that replay captured graphs). The fit is a maximum a
+A phase takes ``roofline_ms / share + kernels × (dispatch_ms × host + kernel_gflop / peak)``: ``roofline_ms`` is
+the per-operator roofline floor (the sum of max(FLOPs/peak, bytes/bandwidth) on the device's datasheet ceiling),
+``share`` the stack's achieved share of peak, ``kernels`` the phase's kernel count under the stack's counting
+scheme (``kernel_counts``), ``dispatch_ms`` the stack's cost per kernel on the reference device's host, ``host``
+the device's host factor (1 on the reference device; 1 for stacks that replay captured graphs), and
+``kernel_gflop / peak`` the device-side time every kernel takes whatever its size (ramp-up and tail of a launch
+that never fills the device), one global amount of work-equivalent per kernel, so it is longer on a device with a
+lower peak at the precision (GFLOP / TFLOP/s = ms). The fit is a maximum a
 posteriori fit in log space (Levenberg-Marquardt) with the stated priors; a stack with no observation of its own
 borrows the parameters of the first stack in its ``borrows`` list that has some.
 """
@@ -30,6 +33,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "share": (0.0, 1.5),  # logit of the achieved share of peak: centred on 50%, wide
     "dispatch": (float(np.log(0.01)), 2.0),  # log ms per kernel: centred on 10 µs, the order of an eager launch
     "host": (0.0, 1.5),  # log host factor: centred on the reference host
+    "kernel": (float(np.log(0.1)), 2.0),  # log GFLOP-equivalent per kernel: 1 µs at 100 TFLOP/s, wide
 }
 
 
@@ -77,6 +81,7 @@ class Observation:
     device_kind: str
     roofline_ms: float
     kernels: int
+    peak_tflops: float
     observed_ms: float
 
 
@@ -91,6 +96,7 @@ class FittedParameters(BaseModel):
     """Per-stack and per-device parameters and what they were fitted on."""
 
     stacks: dict[str, StackParameters]
+    kernel_gflop: float = Field(gt=0, description="device-side work-equivalent of one kernel: kernel_gflop / peak ms")
     host_factor: dict[str, float]
     device_kinds: dict[str, str]
     observations: list[str]
@@ -117,12 +123,6 @@ class FittedParameters(BaseModel):
         return 1.0, f"no fitted {kind} device: the reference host"
 
 
-def predict_ms(params: FittedParameters, stack: str, device: str, kind: str, roofline_ms: float, kernels: int) -> float:
-    own, _ = params.for_stack(stack)
-    host = params.host(device, kind)[0] if get_stack(stack).host_bound else 1.0
-    return roofline_ms / own.share_of_peak + kernels * own.dispatch_us / 1e3 * host
-
-
 def fit(observations: list[Observation]) -> FittedParameters:
     """MAP fit of every observed stack's share and dispatch cost and every observed device's host factor."""
     stack_names = sorted({o.stack for o in observations})
@@ -130,6 +130,7 @@ def fit(observations: list[Observation]) -> FittedParameters:
     index = {("share", s): 2 * i for i, s in enumerate(stack_names)}
     index |= {("dispatch", s): 2 * i + 1 for i, s in enumerate(stack_names)}
     index |= {("host", d): 2 * len(stack_names) + i for i, d in enumerate(devices)}
+    index[("kernel", "")] = len(index)
     prior_mean = np.array([PRIORS[key[0]][0] for key in sorted(index, key=index.get)])
     prior_sigma = np.array([PRIORS[key[0]][1] for key in sorted(index, key=index.get)])
     share_i = np.array([index[("share", o.stack)] for o in observations])
@@ -138,12 +139,14 @@ def fit(observations: list[Observation]) -> FittedParameters:
     host_on = np.array([get_stack(o.stack).host_bound and o.device != REFERENCE_DEVICE for o in observations])
     roofline = np.array([o.roofline_ms for o in observations])
     kernels = np.array([float(o.kernels) for o in observations])
+    peak = np.array([o.peak_tflops for o in observations])
+    kernel_i = index[("kernel", "")]
     observed = np.log([o.observed_ms for o in observations])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         share = 1.0 / (1.0 + np.exp(-x[share_i]))
         host = np.where(host_on, np.exp(x[host_i]), 1.0)
-        predicted = roofline / share + kernels * np.exp(x[dispatch_i]) * host
+        predicted = roofline / share + kernels * (np.exp(x[dispatch_i]) * host + np.exp(x[kernel_i]) / peak)
         return np.concatenate([(np.log(predicted) - observed) / OBSERVATION_SIGMA, (x - prior_mean) / prior_sigma])
 
     x = _levenberg_marquardt(residuals, prior_mean.copy())
@@ -157,6 +160,7 @@ def fit(observations: list[Observation]) -> FittedParameters:
             )
             for s in stack_names
         },
+        kernel_gflop=float(np.exp(x[kernel_i])),
         host_factor={d: float(np.exp(x[index[("host", d)]])) for d in devices},
         device_kinds={o.device: o.device_kind for o in observations},
         observations=[o.label for o in observations],

@@ -8,10 +8,10 @@ from functools import cache
 
 from pydantic import BaseModel, Field
 
-from vlabench.analysis.kernel_counts import count_kernels
-from vlabench.analysis.projection_fit import FittedParameters, Observation, fit, get_stack
+from vlabench.analysis.projection_cache import cached, model_facts
+from vlabench.analysis.projection_fit import FittedParameters, Observation, fit, get_stack, stacks
 from vlabench.analysis.reported import ReportedLatency, reported_latencies
-from vlabench.analysis.roofline import analyze, datasheet_ceiling
+from vlabench.analysis.roofline import datasheet_ceiling
 from vlabench.errors import InputError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -25,6 +25,7 @@ class Inputs(BaseModel):
 
     roofline_ms: dict[str, float]
     kernels: dict[str, dict[str, int]] = Field(description="scheme -> phase -> kernels")
+    peak_tflops: float = Field(gt=0, description="the datasheet peak at the precision (device-side kernel time)")
 
 
 class PhaseProjection(BaseModel):
@@ -38,15 +39,23 @@ class PhaseProjection(BaseModel):
 
 
 def model_inputs(spec: ModelSpec, workload: Workload, precision: str, profile: DeviceProfile) -> Inputs:
-    """The roofline floor per phase (datasheet ceiling) and kernel counts per phase under both schemes."""
+    """The roofline floor per phase (sum over operators of max(FLOPs/peak, bytes/bandwidth) on the datasheet
+    ceiling, as ``roofline.analyze`` computes it) and kernel counts per phase under both schemes."""
     ceiling = datasheet_ceiling(profile, precision)
     if ceiling is None:
         raise InputError(f"{profile.name} has no {precision} peak and bandwidth in its profile: nothing to project on")
-    report = analyze(spec, workload, precision, profile.name, [ceiling], top_operators=0)
-    counts = count_kernels(spec, workload, precision)
+    facts = model_facts(spec, workload, precision)
+    peak, bandwidth = ceiling.peak_tflops * 1e9, ceiling.bandwidth_gbs * 1e6  # per ms
+    floors = {phase: sum(max(f / peak, b / bandwidth) for f, b, _ in ops) for phase, ops in facts.operators.items()}
+    roofline = {
+        "vision": floors["vision"],
+        "prefill": floors["prefill"],
+        "action": floors["denoise_step"] * workload.steps,
+    }
     return Inputs(
-        roofline_ms={phase: report.phase(phase).bounds["datasheet"].floor_ms for phase in PHASES},
-        kernels={scheme: counts.per_phase(scheme, workload.steps) for scheme in ("eager", "fused")},
+        roofline_ms={**roofline, "e2e": sum(roofline.values())},
+        kernels={scheme: facts.kernels.per_phase(scheme, workload.steps) for scheme in ("eager", "fused")},
+        peak_tflops=ceiling.peak_tflops,
     )
 
 
@@ -57,12 +66,14 @@ def entry_inputs(model: str, device: str, precision: str, cameras: int, steps: i
 
 
 def project_phases(inputs: Inputs, params: FittedParameters, stack: str, device: str, kind: str) -> PhaseProjection:
-    """Every phase: roofline / share of peak + kernels × dispatch cost × host factor."""
+    """Every phase: roofline / share of peak + kernels × (dispatch cost × host factor + device-side kernel time);
+    the device is busy for the first term and the device-side kernel time."""
     definition = get_stack(stack)
     own, source = params.for_stack(stack)
     host, host_source = params.host(device, kind) if definition.host_bound else (1.0, "graph replay: no host factor")
     kernels = inputs.kernels[definition.kernel_scheme]
-    busy = {phase: inputs.roofline_ms[phase] / own.share_of_peak for phase in PHASES}
+    device_kernel_ms = params.kernel_gflop / inputs.peak_tflops
+    busy = {p: inputs.roofline_ms[p] / own.share_of_peak + kernels[p] * device_kernel_ms for p in PHASES}
     phases = {phase: busy[phase] + kernels[phase] * own.dispatch_us / 1e3 * host for phase in PHASES}
     return PhaseProjection(
         phases_ms=phases,
@@ -71,7 +82,10 @@ def project_phases(inputs: Inputs, params: FittedParameters, stack: str, device:
         dispatch_us=own.dispatch_us,
         host_factor=host,
         busy_share=busy["e2e"] / phases["e2e"],
-        parameters_source=f"{stack}: {source}; host factor {host:.3g} ({host_source})",
+        parameters_source=(
+            f"{stack}: {source}; host factor {host:.3g} ({host_source}); "
+            f"{device_kernel_ms * 1e3:.2g} µs device-side per kernel"
+        ),
     )
 
 
@@ -85,6 +99,7 @@ def observation(entry: ReportedLatency, observed_ms: float | None = None) -> Obs
         device_kind=load_device_profile(entry.device).kind,
         roofline_ms=inputs.roofline_ms["e2e"],
         kernels=inputs.kernels[scheme]["e2e"],
+        peak_tflops=inputs.peak_tflops,
         observed_ms=observed_ms if observed_ms is not None else entry.phases_ms["e2e"],
     )
 
@@ -153,8 +168,35 @@ class FittedModel(BaseModel):
         return statistics.median(errors) if errors else None
 
 
+def _entries() -> list[ReportedLatency]:
+    return [e for e in reported_latencies() if "e2e" in e.phases_ms]
+
+
+def _fit_identity(entries: list[ReportedLatency]) -> dict:
+    """Everything a fit on ``entries`` depends on: the entries, their model inputs, the stacks' definitions."""
+    return {
+        "entries": [e.model_dump(mode="json") for e in entries],
+        "observations": [vars(observation(e)) for e in entries],
+        "stacks": [s.model_dump(mode="json") for s in stacks().values()],
+    }
+
+
+@cache
+def fitted_parameters() -> FittedParameters:
+    """The parameters fitted on every entry of ``profiles/reported/latencies.yaml``, without the leave-one-out
+    scores (from memory, the disk cache, or fitted)."""
+    entries = _entries()
+    return cached("fit", _fit_identity(entries), FittedParameters, lambda: fit([observation(e) for e in entries]))
+
+
 @cache
 def fitted_model() -> FittedModel:
-    """The model fitted on every entry of ``profiles/reported/latencies.yaml`` (computed once per process)."""
-    entries = [e for e in reported_latencies() if "e2e" in e.phases_ms]
-    return FittedModel(parameters=fit([observation(e) for e in entries]), scores=score_projections(entries))
+    """The parameters with the leave-one-out scores that give each stack's error band (from memory, the disk
+    cache, or fitted: one fit per entry)."""
+    entries = _entries()
+    return cached(
+        "loo",
+        _fit_identity(entries),
+        FittedModel,
+        lambda: FittedModel(parameters=fitted_parameters(), scores=score_projections(entries)),
+    )

@@ -21,8 +21,9 @@ from vlabench.vocab import Precision
 
 METHOD = (
     "per phase: sum over operators of max(FLOPs/peak, bytes/bandwidth) on the datasheet ceiling / the stack's "
-    "achieved share of peak + kernels (traced graph, the stack's counting scheme) x the stack's cost per kernel x "
-    "the device's host factor; parameters fitted on profiles/reported/latencies.yaml"
+    "achieved share of peak + kernels (traced graph, the stack's counting scheme) x (the stack's cost per kernel x "
+    "the device's host factor + a device-side work-equivalent per kernel / peak); parameters fitted on "
+    "profiles/reported/latencies.yaml"
 )
 
 

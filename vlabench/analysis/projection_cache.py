@@ -1,0 +1,131 @@
+"""On-disk cache of the projection model's traced inputs and of its fit, under ``<cache root>/projection``.
+
+Tracing every replica on the meta device (operators, kernels, parameters) dominates ``vlabench project --all``;
+its results depend only on the model spec, the workload, the precision and the code that traces, so they are
+stored as JSON keyed by a hash of all of them: the spec's content hash, the workload, the precision, vlabench's and
+torch's versions, and a fingerprint of the source files of the tracing code (``FACT_SOURCES``; any edit there
+invalidates every entry). The fit is keyed the same way by its own inputs and code (``FIT_SOURCES``). A missing,
+unreadable or invalid entry is recomputed and rewritten atomically; ``VLABENCH_CACHE`` moves the root (as for
+exported graphs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from vlabench import __version__
+from vlabench.analysis.flops import count_operators
+from vlabench.analysis.kernel_counts import KernelCounts, count_kernels
+from vlabench.analysis.memory import estimate_footprint
+from vlabench.atomic import WriteError, atomic_write_text
+from vlabench.backends.onnx_export import cache_root
+from vlabench.models.specs import ModelSpec
+from vlabench.models.workload import Workload
+
+FORMAT = "vlabench-projection-1"  # bump when what is stored changes shape
+PACKAGE = Path(__file__).resolve().parents[1]
+FACT_SOURCES = (
+    "models/replicas",
+    "models/specs.py",
+    "models/specs_visuomotor.py",
+    "models/spec_base.py",
+    "models/workload.py",
+    "analysis/flops.py",
+    "analysis/flops_traced.py",
+    "analysis/operators.py",
+    "analysis/kernel_counts.py",
+    "analysis/memory.py",
+    "analysis/projection_cache.py",
+    "vocab.py",
+)
+"""The code traced facts depend on (relative to the package): the specs, the replicas, the counters."""
+FIT_SOURCES = (*FACT_SOURCES, "analysis/projection_fit.py", "analysis/projection_score.py")
+"""The code a fit depends on: the facts' code and the model and its fit."""
+
+Cached = TypeVar("Cached", bound=BaseModel)
+
+
+class ModelFacts(BaseModel):
+    """What the projection needs from a (spec, workload, precision), traced once."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operators: dict[str, list[tuple[float, float, float]]]
+    """phase (vision, prefill, denoise_step) -> per operator (FLOPs, bytes moved, weight bytes), in order"""
+    kernels: KernelCounts
+    footprint_bytes: int
+
+
+@cache
+def code_fingerprint(sources: tuple[str, ...]) -> str:
+    """A hash of every source file in ``sources`` (their content, not their times)."""
+    digest = hashlib.sha256()
+    for entry in sources:
+        path = PACKAGE / entry
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(file.relative_to(PACKAGE).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(kind: str, identity: dict) -> str:
+    """A hash of ``identity`` with the format, the versions and the fingerprint of the code ``kind`` depends on."""
+    full = {
+        "format": FORMAT,
+        "kind": kind,
+        "vlabench": __version__,
+        "torch": torch.__version__,
+        "code": code_fingerprint(FACT_SOURCES if kind == "facts" else FIT_SOURCES),
+        **identity,
+    }
+    return hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def cache_path(kind: str, identity: dict) -> Path:
+    return cache_root() / "projection" / kind / f"{cache_key(kind, identity)}.json"
+
+
+def cached(kind: str, identity: dict, schema: type[Cached], compute: Callable[[], Cached]) -> Cached:
+    """The stored ``schema`` for ``identity`` when present and valid, else ``compute()``, stored (best effort)."""
+    path = cache_path(kind, identity)
+    try:
+        return schema.model_validate_json(path.read_text())
+    except (OSError, ValueError, ValidationError):
+        pass
+    value = compute()
+    with contextlib.suppress(WriteError):  # a read-only or full cache folder costs time, never a result
+        atomic_write_text(path, value.model_dump_json())
+    return value
+
+
+_FACTS: dict[str, ModelFacts] = {}
+
+
+def model_facts(spec: ModelSpec, workload: Workload, precision: str) -> ModelFacts:
+    """Operators, kernel counts and memory footprint of (spec, workload, precision): from memory, the disk cache,
+    or traced on the meta device."""
+    identity = {"spec": spec.spec_hash, "workload": workload.model_dump(mode="json"), "precision": precision}
+    key = cache_key("facts", identity)
+    if key not in _FACTS:
+        _FACTS[key] = cached("facts", identity, ModelFacts, lambda: _trace_facts(spec, workload, precision))
+    return _FACTS[key]
+
+
+def _trace_facts(spec: ModelSpec, workload: Workload, precision: str) -> ModelFacts:
+    operators: dict[str, list[tuple[float, float, float]]] = {"vision": [], "prefill": [], "denoise_step": []}
+    for op in count_operators(spec, workload, precision):
+        operators[op.phase].append((op.flops, op.bytes, op.weight_bytes))
+    return ModelFacts(
+        operators=operators,
+        kernels=count_kernels(spec, workload, precision),
+        footprint_bytes=estimate_footprint(spec, workload, precision).total_bytes,
+    )
