@@ -113,7 +113,7 @@ def trace_operators(spec: ModelSpec, workload: Workload, precision: str) -> list
 def _trace(spec: ModelSpec, workload: Workload, precision: str) -> list[Operator]:
     from vlabench.models.replicas import replica_class
 
-    dtype, meta = Precision.DTYPES[precision], torch.device("meta")
+    dtype, meta = Precision.dtype(precision), torch.device("meta")  # quantized: fp32 activations
     with meta:
         model = replica_class(spec)(spec).to(dtype)
     obs = synthetic_observation(spec, workload, 0, dtype, torch.device("cpu"))

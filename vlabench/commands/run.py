@@ -14,6 +14,7 @@ from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, with_checkpoint
+from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, VlabenchError
 from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
@@ -59,6 +60,7 @@ class RunPlan:
     schedule: DPCacheSchedule | None = None
     engine: str = "cpu"  # what the device profile stands for; the prepared policy must execute there
     options: BackendOptions = field(default_factory=BackendOptions)  # as routed to that engine
+    reference: ReferenceChoice | None = None  # the correctness gate's reference; None: this run is the reference
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
@@ -92,15 +94,27 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
     footprint = estimate_footprint(spec, workload, precision, backend.name, config.max_iterations)
     check_fits(spec, footprint, device.torch_device, precision)
+    reference = None
     if auto or needs_reference(backend.is_reference, precision):
-        reference = estimate_footprint(spec, workload, "fp32", "torch", config.max_iterations)
-        check_fits(spec, reference, device.torch_device, "fp32 (correctness reference)")
+        reference = choose_reference(spec, workload, device.torch_device, config.max_iterations)
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
     caveats = plan_caveats(device, precision)
     return RunPlan(
-        config, spec, device, backend, precision, workload, footprint, meter, caveats, schedule, engine, options
+        config,
+        spec,
+        device,
+        backend,
+        precision,
+        workload,
+        footprint,
+        meter,
+        caveats,
+        schedule,
+        engine,
+        options,
+        reference,
     )
 
 
@@ -248,7 +262,7 @@ def execute_many(
     system_state = sample_system_state(target.type)
     if config.threads:
         torch.set_num_threads(config.threads)
-    references = ReferenceCache(first, target)
+    references = ReferenceCache(next((plan for plan in plans if plan.reference), first), target)
     needs = [needs_reference(plan.backend.is_reference, plan.precision) for plan in plans]
     for plan, needed in zip(plans, needs, strict=True):
         if needed:
@@ -275,7 +289,10 @@ def execute_many(
         if needs[index]:
             obs, noise = contender.inputs[0]
             actions = plain_inference(contender.policy, contender.sampler, obs, noise)
-            correctness = compare(actions, references.get(plan.schedule), noise, plan.precision)
+            choice = references.choice
+            correctness = compare(
+                actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
+            )
         energy = measure_plan_energy(plan, contender)
         result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started)
         result.optimization = optimizations[index]
@@ -300,32 +317,35 @@ def execute_many(
 
 
 class ReferenceCache:
-    """fp32 eager torch action chunks on the first seeded input, one per DP-Cache schedule (None: exact)."""
+    """Eager torch action chunks at the plan's reference precision (fp32 unless it did not fit) on the first seeded
+    input, one per DP-Cache schedule (None: exact)."""
 
     def __init__(self, plan: RunPlan, target: torch.device) -> None:
         self.plan, self.target = plan, target
+        self.choice = plan.reference or ReferenceChoice()
         self._chunks: dict[tuple[int, ...] | None, Tensor] = {}
 
     def get(self, schedule: DPCacheSchedule | None) -> Tensor:
         key = schedule.computed if schedule else None
         if key not in self._chunks:
-            plan = self.plan
-            obs, noise = seeded_inputs(plan, "fp32")[0]
+            plan, precision = self.plan, self.choice.precision
+            obs, noise = seeded_inputs(plan, precision)[0]
+            build = reference_builder(plan.spec, plan.config.seed, precision, self.target)
             self._chunks[key] = reference_actions(
-                plan.spec, plan.workload, plan.config.seed, obs, noise, self.target, schedule
+                plan.spec, plan.workload, plan.config.seed, obs, noise, self.target, schedule, precision, build
             )
         return self._chunks[key]
 
 
 def optimization_info(plan: RunPlan, references: ReferenceCache) -> Optimization | None:
     """What the run changed on the action expert, and (for DP-Cache, which is lossy) its open-loop action error
-    against the exact path: fp32 eager torch, same weights, observation and noise."""
+    against the exact path: eager torch at the reference precision, same weights, observation and noise."""
     config, schedule = plan.config, plan.schedule
     if schedule is None and not config.fuse_expert_kv:
         return None
     error = None
     if schedule is not None:
-        noise = seeded_inputs(plan, "fp32")[0][1]
+        noise = seeded_inputs(plan, references.choice.precision)[0][1]
         error = action_error(references.get(schedule), references.get(None), noise)
     return Optimization(dp_cache=schedule, fuse_expert_kv=config.fuse_expert_kv, dp_cache_error=error)
 

@@ -36,10 +36,24 @@ def plan_summary(plans: list[RunPlan]) -> Text:
         f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99, "
         f"execution {execution_model(c, w).label()}",
         f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
+        *reference_plan(plans),
         f"energy     {energy_plan(plan)}",
         *(f"warning    {caveat}" for p in plans for caveat in p.caveats),
     ]
     return Text("\n".join(lines))
+
+
+def reference_plan(plans: list[RunPlan]) -> list[str]:
+    """The correctness gate's reference, and why it is not fp32 when it is not."""
+    choice = next((p.reference for p in plans if p.reference), None)
+    if choice is None:
+        return []
+    if not choice.reason:
+        return ["reference  torch eager fp32 (the correctness gate's reference)"]
+    return [
+        f"reference  torch eager {choice.precision}, not fp32: {choice.reason}; errors are judged against this "
+        f"{choice.precision} reference"
+    ]
 
 
 def energy_plan(plan: RunPlan) -> str:
@@ -142,11 +156,17 @@ def correctness_line(result: RunResult) -> Text:
     if check is None:
         return Text("correct    reference run (torch eager fp32)")
     verdict = ("PASS", "bold green") if check.passed else ("INVALID", "bold red")
+    tokens = ""
+    if check.token_agreement is not None:
+        tokens = f"; action tokens equal to the reference's {check.token_agreement:.1%} of {check.tokens_compared}"
     return Text.assemble(
-        f"correct    vs torch fp32: actions max |error| {check.max_abs_error:.3g}, cosine {check.cosine:.6f}; "
-        f"denoised displacement error {check.relative_error:.2e} (relative), cosine {check.displacement_cosine:.6f} → ",
+        f"correct    vs torch {check.reference_precision}: actions max |error| {check.max_abs_error:.3g}, cosine "
+        f"{check.cosine:.6f}; denoised displacement error {check.relative_error:.2e} (relative), cosine "
+        f"{check.displacement_cosine:.6f}{tokens} → ",
         verdict,
-        f" (tolerance {check.tolerance.max_relative_error:g} / {check.tolerance.min_cosine:g})",
+        f" (tolerance {check.tolerance.max_relative_error:g} / {check.tolerance.min_cosine:g}"
+        + ("" if check.reference_precision == "fp32" else f", relative to the {check.reference_precision} reference")
+        + ")",
     )
 
 
