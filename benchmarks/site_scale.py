@@ -23,7 +23,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from vlabench.analysis.cet import CostAssumptions, cost_report
+from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = (
@@ -75,8 +75,8 @@ def with_cost(data: dict) -> dict:
         idle_w=energy["idle_w"],
         energy_label=energy["label"],
         latency_p50_ms=e2e["p50"],
-        actions_per_chunk=data["workload"]["actions_per_chunk"],
         control_hz=10.0,
+        execution=ExecutionModel(),
         assumptions=CostAssumptions(),
     )
     data["cost"] = json.loads(report.model_dump_json())

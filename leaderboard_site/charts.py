@@ -77,36 +77,23 @@ class Charts:
         return f'<div class="plot" data-chart="{name}"></div><script src="{root}charts/{name}.js"></script>'
 
 
-def row_label(row: dict[str, Any]) -> str:
-    return label(f"{row['model']} · {row['device']} · {row['backend']} {row['precision']} · {row['optimizations']}")
-
-
-def pareto_figure(rows: list[dict[str, Any]], column: str, title: str, axis: str, control_hz: float) -> go.Figure:
-    """Feasible measured rows: latency against ``column``; the Pareto-optimal ones (``cet.rank``) highlighted."""
-    points = [r for r in rows if r["kind"] == "run" and r["feasible"] and r[column] is not None]
+def run_phase_figure(run: Run, title: str) -> go.Figure:
+    """One run's vision, prefill and action latency, stacked, at p50 and at p99 (each phase's own percentile)."""
+    phases = run.result.timing.phases
     figure = go.Figure()
-    for on_front, name, style in (
-        (False, "feasible", {"size": 9, "color": "#9aa5b1"}),
-        (True, "Pareto-optimal (time, energy, cost)", {"size": 13, "color": "#d62728", "symbol": "diamond"}),
-    ):
-        chosen = sorted((r for r in points if bool(r["pareto"]) == on_front), key=lambda r: r["latency_p50_ms"])
-        figure.add_trace(
-            go.Scatter(
-                x=[r["latency_p50_ms"] for r in chosen],
-                y=[r[column] for r in chosen],
-                mode="markers+lines" if on_front else "markers",
-                name=name,
-                text=[row_label(r) for r in chosen],
-                hovertemplate="%{text}<br>p50 %{x:.3g} ms<br>%{y:.3g}<extra></extra>",
-                marker=style,
-                line={"dash": "dot", "color": "#d62728"},
+    for phase in Phase.END_TO_END_PARTS:
+        if phase in phases:
+            values = [phases[phase].p50, phases[phase].p99]
+            figure.add_trace(
+                go.Bar(
+                    x=["p50", "p99"],
+                    y=values,
+                    name=phase,
+                    marker={"color": PHASE_COLORS[phase]},
+                    hovertemplate=f"{phase} %{{y:.4g}} ms<extra></extra>",
+                )
             )
-        )
-    figure.update_layout(
-        title=f"{title} (feasible at {control_hz:g} Hz)",
-        xaxis={"title": "end-to-end p50 latency (ms)", "type": "log"},
-        yaxis={"title": axis, "type": "log"},
-    )
+    figure.update_layout(barmode="stack", title=title, yaxis={"title": "latency (ms)"})
     return figure
 
 

@@ -11,15 +11,18 @@ from typing import Any
 
 import pandas as pd
 
-from vlabench.analysis.cet import Priority, rank
-from vlabench.errors import InputError
-from vlabench.hardware.devices import load_device_profile
+from vlabench.analysis.cet import CostAssumptions
 from vlabench.results.aggregate import results_frame
 from vlabench.results.schema import RunResult
 
-from .reported import ReportedEntry
-
 PROVENANCE = ("measured", "estimated", "projected", "reported")
+FRAME_KEYS = (
+    *("model", "device", "backend", "precision", "cameras", "steps", "actions_per_chunk", "latency_p50_ms"),
+    *("latency_p99_ms", "memory_needed_gb", "device_memory_gb", "energy_label", "valid", "invalid_reason"),
+    *("action_error", "approximate", "chunk", "device_memory_nameplate_gb", "joules_per_inference", "idle_w"),
+    *("price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
+)
+"""The columns of ``aggregate.results_frame`` a site row keeps (the CET figures are recomputed at ranking)."""
 
 
 @dataclass(frozen=True)
@@ -104,19 +107,29 @@ def clean(value: Any) -> Any:
     return value
 
 
-def run_rows(runs: list[Run], priority: Priority, control_hz: float) -> list[dict[str, Any]]:
-    """Ranked rows (feasible first, by priority) from ``cet.rank`` over ``aggregate.results_frame``."""
+RUNTIME_LIBRARIES = ("onnxruntime", "openvino", "tensorrt")
+
+
+def software_stack(result: RunResult) -> str:
+    """The runtime that executed the run and its version, as MLPerf and ML.ENERGY list it (torch for torch backends)."""
+    libraries = result.provenance.libraries
+    runtime = next((name for name in RUNTIME_LIBRARIES if result.backend.startswith(name)), "torch")
+    version = libraries.get(runtime)
+    return f"{runtime} {version}" if version else runtime
+
+
+def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
+    """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them)."""
     if not runs:
         return []
     by_file = {str(run.path): run for run in runs}
-    ranked = rank(results_frame([(r.path, r.result) for r in runs], control_hz), priority, control_hz)
+    frame = results_frame([(r.path, r.result) for r in runs], control_hz)
     rows = []
-    for record in ranked.to_dict(orient="records"):
-        row = {key: clean(value) for key, value in record.items()}
-        run = by_file[row.pop("file")]
+    for record in frame.to_dict(orient="records"):
+        row = {key: clean(value) for key, value in record.items() if key in FRAME_KEYS}
+        run = by_file[record["file"]]
         result = run.result
-        e2e = result.timing.phases["e2e"]
-        energy, cost = result.energy, result.cost
+        cost = result.cost
         row.update(
             id=run.slug,
             kind="run",
@@ -124,84 +137,38 @@ def run_rows(runs: list[Run], priority: Priority, control_hz: float) -> list[dic
             device_kind=result.device.kind,
             optimizations=optimizations(result),
             provenance=provenance(result),
-            inference_hz_p50=1000.0 / e2e.p50,
+            group="approximate" if row["approximate"] else "exact",
             action_error_note=action_error_note(result),
-            rank=None if row["rank"] is None else int(row["rank"]),
             page=f"runs/{run.slug}.html",
             model_page=f"models/{slug(result.model.name)}.html",
             device_page=f"devices/{slug(result.device.profile)}.html",
-            cost_inputs=None
-            if energy is None or cost is None
-            else {
-                "price_usd": cost.price_usd,
-                "joules_per_inference": energy.joules_per_inference,
-                "idle_w": energy.idle_w,
-                "lifetime_years": cost.assumptions.lifetime_years,
-                "duty_cycle": cost.assumptions.duty_cycle,
-                "electricity_usd_per_kwh": cost.assumptions.electricity_usd_per_kwh,
-            },
+            stack=software_stack(result),
+            date=result.started_utc.strftime("%Y-%m-%d"),
+            vlabench_version=result.provenance.vlabench_version,
+            price_source=cost.price_source if cost else None,
             source=None,
             published_energy_kj=None,
+            error_band=None,
+            error_band_label=None,
+            p99_note=None,
         )
         rows.append(row)
     return rows
 
 
-def _profile_kind(device: str) -> str | None:
-    try:
-        return load_device_profile(device).kind
-    except InputError:
-        return None
-
-
-def reported_rows(entries: list[ReportedEntry]) -> list[dict[str, Any]]:
-    """Published figures: never gated or ranked (no p99, memory or J per action is published)."""
-    rows = []
-    for entry in entries:
-        latency, energy = entry.latency, entry.energy
-        e2e = latency.phases_ms["e2e"]
-        sources = [latency.source] + ([energy.source] if energy and energy.source not in latency.source else [])
-        name = f"{latency.model} {latency.device} {latency.stack} {latency.precision} {latency.steps}"
-        rows.append(
-            {
-                "id": slug("reported " + name),
-                "kind": "reported",
-                "run_id": None,
-                "model": latency.model,
-                "device": latency.device,
-                "device_kind": _profile_kind(latency.device),
-                "backend": latency.stack,
-                "precision": latency.precision,
-                "optimizations": "none",
-                "cameras": latency.cameras,
-                "steps": latency.steps,
-                "actions_per_chunk": None,
-                "latency_p50_ms": e2e,
-                "latency_p99_ms": None,
-                "inference_hz_p50": 1000.0 / e2e,
-                "action_hz_p99": None,
-                "memory_needed_gb": None,
-                "device_memory_gb": None,
-                "joules_per_action": None,
-                "energy_label": None,
-                "usd_per_million_actions": None,
-                "usd_per_million_actions_electricity_only": None,
-                "valid": True,
-                "invalid_reason": None,
-                "action_error": None,
-                "action_error_note": None,
-                "provenance": "reported",
-                "feasible": None,
-                "reasons": "published figure: not gated (no p99 latency or memory published)",
-                "pareto": False,
-                "rank": None,
-                "page": None,
-                "model_page": f"models/{slug(latency.model)}.html",
-                "device_page": f"devices/{slug(latency.device)}.html",
-                "cost_inputs": None,
-                "source": "; ".join(sources),
-                "assumed": list(latency.assumed),
-                "published_energy_kj": energy.energy_kj if energy else None,
-            }
-        )
-    return rows
+def cost_inputs(
+    joules_per_inference: float | None,
+    idle_w: float | None,
+    price_usd: float | None,
+    price_source: str | None,
+    assumptions: CostAssumptions,
+) -> dict[str, Any]:
+    """``cet.COST_INPUTS`` (and the price's source): what ``cet.rank`` and the page's script recompute energy and
+    cost per action from, at any target and execution model."""
+    return {
+        "joules_per_inference": joules_per_inference,
+        "idle_w": idle_w,
+        "price_usd": price_usd,
+        "price_source": price_source,
+        **assumptions.model_dump(),
+    }

@@ -46,6 +46,10 @@ FAMILIES = {
     ),
 }
 MISSING_VALUE = re.compile(r"\b(None|Undefined|undefined|nan|NaN|null)\b")
+RAW_FLOAT = re.compile(r"\d\.0*[1-9]\d{8,}")
+"""A float printed with 10 or more significant digits, as Python stores it (``3.5999999999999996``): run pages
+format every figure."""
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
 runner = CliRunner()
 
 
@@ -106,9 +110,9 @@ def test_the_index_lists_every_model(tab):
     rows = [row for row in visit.data()["rows"] if row["kind"] == "run"]
     assert sorted(row["model"] for row in rows) == sorted(FAMILIES)
     for row in rows:
-        link = visit.page.locator(f"#leaderboard tr[data-id='{row['id']}'] a[href='{row['model_page']}']")
+        link = visit.page.locator(f"#leaderboard tr[data-id='{row['id']}'] a[href='models/{slug(row['model'])}.html']")
         assert link.inner_text() == row["model"]
-        assert row["valid"] and row["action_error"] is None and row["invalid_reason"] is None  # fp32 reference
+        assert row["valid"] and "action_error" not in row and "invalid_reason" not in row  # fp32 reference
     shown = {row["id"]: row for row in visit.rows()}
     assert all(not shown[row["id"]]["hidden"] and shown[row["id"]]["status"] for row in rows)
     assert not MISSING_VALUE.search(visit.page.inner_text("#leaderboard"))
@@ -141,5 +145,12 @@ def test_model_and_run_pages_show_their_family(tab, site, results, model):
     text = run.page.inner_text("main")
     assert "Latency per phase" in text and "never ranked" not in text
     assert not MISSING_VALUE.search(text), MISSING_VALUE.search(text)
+    assert not RAW_FLOAT.search(text), RAW_FLOAT.search(text)
+    assert "CET assumptions" in text and "reaction delay (p99 latency)" in text and " Hz at p50" in text
+    drawn = run.page.locator("div.plot[data-chart^='phases-run-'].js-plotly-plot")
+    assert drawn.count() == 1  # the run's own phase breakdown
+    if model == "pi0-tiny":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        run.page.screenshot(path=str(SCREENSHOTS / "run-page.png"), full_page=True)
     raw = run.page.locator("a", has_text="raw result JSON").get_attribute("href")
     assert (site / "runs" / raw).read_bytes() == results[model].read_bytes()

@@ -3,7 +3,8 @@ copied into seeded variations; no benchmark runs). Build times are printed by th
 
 Budgets: each result costs at most 20 kB beyond its own JSON file (published as it is): its run page, its chart and
 its share of the index, model and device pages; the fixed part (plotly.js, the other assets, the pages of published
-rows) at most 6 MB; the index at most 1.75 kB per leaderboard row; no page over 1 MB; every chart written once, as
+rows) at most 6 MB; the index at most 2 kB per leaderboard row (its table row and the
+figures its script regates and recosts from); no page over 1 MB; every chart written once, as
 a file of its own without plotly's template (the pages share ``assets/plot-template.js``); a device page draws at
 most one roofline per model and points to the run pages' charts instead of copying them."""
 
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 from test_hostile_results import site_scale
 
-from vlabench.leaderboard_site.build import DEVICE_ROOFLINES, build_site
+from vlabench.leaderboard_site.build import build_site
+from vlabench.leaderboard_site.pages import DEVICE_ROOFLINES
 
 RESULTS = 300
 PER_RESULT_BYTES = 20_000
 FIXED_BYTES = 6_000_000
-INDEX_BYTES_PER_ROW = 1_750
+INDEX_BYTES_PER_ROW = 2_000
 PAGE_BYTES = 1_000_000
 CHART_BYTES = 20_000
 

@@ -12,17 +12,41 @@ from vlabench.cli.views.console import markup_safe, stdout, warn_skipped
 
 
 def build(
-    paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Result files or folders (searched recursively); none: the bundled leaderboard."),
+    ] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Site folder (replaced atomically).")] = Path("site"),
     priority: Annotated[str, typer.Option(help="Initial CET priority: cost, energy or time.")] = "cost",
     control_hz: Annotated[
         float, run_option("control_hz", help="Initial control-rate target, Hz (the page can change it).")
     ] = 10.0,
+    execution: Annotated[
+        str, typer.Option(help="Initial execution model: per-step, sync or async (the page can change it).")
+    ] = "per-step",
+    chunk: Annotated[
+        int, number_option(Bounds(1, 10_000, integer=True), help="Actions executed per inference (sync, async).")
+    ] = 1,
+    projected: Annotated[
+        bool | None,
+        typer.Option(
+            "--projected/--no-projected",
+            help="Add the roofline projections (and estimated energy for published rows); default: only when "
+            "building the bundled leaderboard.",
+        ),
+    ] = None,
 ) -> None:
-    """Build the leaderboard (static files with relative links, no CDN) from results folders."""
+    """Build the leaderboard (static files with relative links, no CDN) from results folders; with no folder, the
+    bundled one: the results this checkout ships, the published and the projected rows."""
+    from vlabench.analysis.cet import EXECUTIONS, ExecutionModel
+    from vlabench.errors import InputError
     from vlabench.leaderboard_site.build import build_site
 
-    report = build_site(paths, out_dir, priority, control_hz)  # type: ignore[arg-type]
+    if execution not in EXECUTIONS:
+        raise InputError(f"--execution {execution!r} is not one of {', '.join(EXECUTIONS)}")
+    model = ExecutionModel(mode=execution, actions_per_chunk=chunk)  # type: ignore[arg-type]
+    with_projections = not paths if projected is None else projected
+    report = build_site(paths or [], out_dir, priority, control_hz, model, with_projections)  # type: ignore[arg-type]
     warn_skipped(report.skipped)
     stdout.print(
         f"site: [bold]{markup_safe(report.site)}[/] ({report.rows} leaderboard rows from {report.runs} results, "

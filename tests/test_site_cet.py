@@ -1,0 +1,235 @@
+"""The leaderboard as a hardware chooser, in Chromium: the model x device matrix, the gate under every execution
+model against ``cet.rank``, an approximate row ranked apart, projected rows (hand-built ``ProjectedRow`` objects)
+ranked apart with their error band, the cost fallback, a phone-sized screen, stable row URLs; plus the bundled
+leaderboard that ``vlabench site build`` builds with no folder. Screenshots go to test-artifacts/screenshots/."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_site import TARGET_HZ, Visit, _python_order, _run_id, browser, results_dir  # noqa: F401  (fixtures)
+from typer.testing import CliRunner
+
+from vlabench.analysis.cet import ExecutionModel
+from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.cli.app import app
+from vlabench.leaderboard_site import build as site_build
+from vlabench.leaderboard_site.build import build_site
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
+runner = CliRunner()
+
+
+def _projected(device: str, price: float | None, e2e: float, precision: str = "bf16") -> ProjectedRow:
+    """A hand-built projection (figures invented for the test, labelled projected as the contract requires)."""
+    return ProjectedRow(
+        model="pi0",
+        family="pi0",
+        device=device,
+        device_kind="gpu",
+        stack="pytorch-eager",
+        precision=precision,
+        cameras=1,
+        steps=10,
+        phases_ms={"vision": e2e / 4, "prefill": e2e / 4, "action": e2e / 2, "e2e": e2e},
+        kernel_counts={"e2e": 100},
+        error_band=0.18,
+        memory_needed_gb=7.0,
+        usable_memory_gb=24.0,
+        fits=True,
+        joules_per_inference=e2e * 0.3,
+        energy_method="test",
+        idle_w=20.0,
+        price_usd=price,
+        price_source="test price" if price else None,
+        parameters_source="test parameters",
+        inference_hz=1000.0 / e2e,
+        actions_per_chunk=50,
+        usd_per_million_actions=None,  # the site recomputes cost at the page's settings
+        share_of_peak=0.3,
+        dispatch_us=10.0,
+        host_factor=1.0,
+    )
+
+
+PROJECTED = [_projected("rtx-4090", 1599.0, 40.0), _projected("l4", None, 25.0), _projected("h100-sxm", 30000.0, 9.0)]
+
+
+@pytest.fixture(scope="module")
+def site(results_dir, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("cet-site") / "site"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(site_build, "projections", lambda: PROJECTED)
+        patch.setattr(site_build, "reported_energies", lambda entries: {})
+        build_site([results_dir], out, control_hz=TARGET_HZ, projected=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def index(browser, site):  # noqa: F811
+    visit = Visit(browser, site, "index.html")
+    yield visit
+    visit.page.close()
+
+
+def _shot(page, name: str, **options) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)
+
+
+def _set(index: Visit, mode: str = "per-step", n: int = 1, hz: float = TARGET_HZ, priority: str = "cost") -> None:
+    index.page.select_option("#execution", mode)
+    if mode != "per-step":  # N is disabled per step (one action per inference)
+        index.page.fill("#chunk-n", str(n))
+    index.page.fill("#control-hz", str(hz))
+    index.page.select_option("#priority", priority)
+
+
+def _page_rows(index: Visit) -> dict[str, dict]:
+    cells = index.page.eval_on_selector_all(
+        "#leaderboard tbody tr",
+        """trs => trs.map(tr => ({id: tr.dataset.id, rank: tr.querySelector('.rank').textContent.trim(),
+            group: tr.querySelector('.group').textContent, status: tr.querySelector('.status').textContent,
+            cost: tr.querySelector('.cost').textContent, delivered: tr.querySelector('.delivered').textContent,
+            infeasible: tr.classList.contains('infeasible'), hidden: tr.hidden}))""",
+    )
+    data = {row["id"]: row for row in index.data()["rows"]}
+    return {cell["id"]: {**data[cell["id"]], **cell, "order": i} for i, cell in enumerate(cells)}
+
+
+def _ranked(rows: dict[str, dict], kind: str = "run") -> list[str]:
+    ordered = sorted((r for r in rows.values() if r["kind"] == kind and r["rank"] != "—"), key=lambda r: r["order"])
+    return [r["run_id"] if kind == "run" else r["id"] for r in ordered]
+
+
+def test_the_index_loads_clean_with_its_matrix(index, site):
+    index.check_clean()
+    data = index.data()["rows"]
+    pairs = {(row["model"], row["device"]) for row in data}
+    cells = index.page.eval_on_selector_all(
+        "#matrix td[data-model]", "tds => tds.filter(td => !td.classList.contains('empty')).length"
+    )
+    assert cells == len(pairs)
+    cell = index.page.locator("#matrix td[data-model='pi0'][data-device='h100-sxm']")
+    text = cell.inner_text()
+    assert "feasible" in text and "ms" in text and "J/action" in text and "projected ±18%" in text
+    assert "elec. only" in index.page.locator("#matrix td[data-model='pi0'][data-device='l4']").inner_text()
+    _shot(index.page, "index-desktop", full_page=True)
+    _shot(index.page.locator(".matrix-box"), "matrix")
+    cell.click()
+    shown = [row for row in _page_rows(index).values() if not row["hidden"]]
+    assert shown and all((row["model"], row["device"]) == ("pi0", "h100-sxm") for row in shown)
+    index.page.select_option("#filter-model", "")
+    index.page.select_option("#filter-device", "")
+
+
+@pytest.mark.parametrize(
+    ("mode", "n", "hz"),
+    [("per-step", 1, TARGET_HZ), ("sync", 5, 4 * TARGET_HZ), ("async", 5, 40 * TARGET_HZ), ("sync", 2, 200.0)],
+)
+def test_the_gate_and_ranking_follow_cet_rank_under_every_execution_model(index, results_dir, mode, n, hz):  # noqa: F811
+    execution = ExecutionModel(mode=mode, actions_per_chunk=n)
+    for priority in ("cost", "time"):
+        _set(index, mode, n, hz, priority)
+        rows = _page_rows(index)
+        expected, infeasible = _python_order(results_dir, priority, hz, execution)
+        assert _ranked(rows) == expected, (mode, n, hz, priority)
+        runs = {row["run_id"]: row for row in rows.values() if row["kind"] == "run"}
+        assert {key for key, row in runs.items() if row["infeasible"]} == infeasible
+        for key in infeasible:
+            assert runs[key]["rank"] == "—" and runs[key]["status"].startswith("infeasible: ")
+    if mode != "per-step":
+        assert all(f"({mode}, {n} per chunk)" in row["delivered"] for row in rows.values())
+    _set(index)
+
+
+def test_an_infeasible_reason_is_the_python_gates_word_for_word(index, results_dir):  # noqa: F811
+    from vlabench.analysis.cet import rank
+    from vlabench.results.aggregate import load_results, results_frame
+
+    loaded, _ = load_results([results_dir])
+    run_id = {str(path): result.run_id for path, result in loaded}
+    for mode, n, hz in (("per-step", 1, 500.0), ("sync", 3, 300.0), ("async", 2, 900.0)):
+        _set(index, mode, n, hz)
+        frame = rank(results_frame(loaded, hz), "cost", hz, execution=ExecutionModel(mode=mode, actions_per_chunk=n))
+        reasons = {run_id[f]: r for f, r in zip(frame["file"], frame["reasons"], strict=True) if r}
+        assert reasons, (mode, hz)
+        shown = {row["run_id"]: row["status"] for row in _page_rows(index).values() if row["kind"] == "run"}
+        for key, reason in reasons.items():
+            assert shown[key] == f"infeasible: {reason}", (mode, shown[key], reason)
+    _set(index)
+
+
+def test_an_approximate_row_ranks_apart_unless_asked(index, results_dir):  # noqa: F811
+    rows = _page_rows(index)
+    dp = next(row for row in rows.values() if row.get("run_id") == _run_id(results_dir, "dp-cache"))
+    assert dp["group"] == "measured · approximate" and dp["rank"].startswith("1")
+    exact = [row for row in rows.values() if row["kind"] == "run" and row["group"] == "measured · exact"]
+    assert exact and all(row["order"] < dp["order"] for row in exact if row["rank"] != "—")
+    index.page.check("#approximate-together")
+    together, _ = _python_order(results_dir, "cost", TARGET_HZ, approximate_separately=False)
+    merged = _page_rows(index)
+    assert _ranked(merged) == together and merged[dp["id"]]["group"] == "measured"
+    index.page.uncheck("#approximate-together")
+
+
+def test_projected_rows_rank_apart_with_their_band_and_cost_fallback(index):
+    rows = _page_rows(index)
+    projected = {row["device"]: row for row in rows.values() if row["kind"] == "projected"}
+    assert set(projected) == {"rtx-4090", "l4", "h100-sxm"}
+    assert all(row["group"] == "projected · exact" for row in projected.values())
+    # one of three has no purchase price: the group falls back to electricity only, ranked and marked, never empty
+    assert all(row["rank"] != "—" and row["cost"].endswith("elec. only") for row in projected.values())
+    measured = [row for row in rows.values() if row["kind"] == "run" and row["rank"] != "—"]
+    assert measured and not any("elec." in row["cost"] for row in measured)  # every measured device has a price
+    badge = index.page.locator(f"#row-{projected['h100-sxm']['id']} .band").inner_text()
+    assert badge == "±18%"
+    measured_ranks = sorted(
+        int(r["rank"].rstrip(" ◆")) for r in rows.values() if r["group"] == "measured · exact" and r["rank"] != "—"
+    )
+    assert measured_ranks[0] == 1  # the measured ranking starts at 1 whatever the projections say
+    index.page.check("#projected-together")
+    merged = _page_rows(index)
+    exact = [r for r in merged.values() if r["group"] == "exact" and r["rank"] != "—"]
+    assert sorted(int(r["rank"].rstrip(" ◆")) for r in exact) == list(range(1, len(exact) + 1))
+    assert {r["kind"] for r in exact} >= {"run", "projected"}
+    index.page.uncheck("#projected-together")
+    index.page.select_option("#priority", "time")
+    assert all(row["rank"] != "—" for row in _page_rows(index).values() if not row["infeasible"])
+    index.page.select_option("#priority", "cost")
+
+
+def test_a_row_has_a_stable_url(index, site):
+    rows = _page_rows(index)
+    dp = next(row for row in rows.values() if row["kind"] == "run" and row["group"] == "measured · approximate")
+    index.page.goto((site / "index.html").as_uri() + f"#row-{dp['id']}")
+    assert index.page.evaluate("document.querySelector(':target').dataset.id") == dp["id"]
+    table = json.loads((site / "leaderboard.json").read_text())["rows"]
+    assert dp["id"] in {row["id"] for row in table}
+
+
+def test_a_phone_scrolls_the_table_inside_its_box(browser, site):  # noqa: F811
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.goto((site / "index.html").as_uri())
+    phone.wait_for_load_state("load")
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390  # the page itself never scrolls sideways
+    box = phone.evaluate(
+        "(() => { const b = document.querySelector('.table-box'); return [b.scrollWidth, b.clientWidth] })()"
+    )
+    assert box[0] > box[1]  # the table scrolls inside its box
+    assert phone.locator("#matrix td[data-model]").first.bounding_box()["width"] >= 60  # readable cells
+    phone.evaluate("document.getElementById('matrix-title').scrollIntoView()")
+    _shot(phone, "index-390px", full_page=False)
+    phone.close()
+
+
+def test_the_bundled_leaderboard_builds_from_one_command(tmp_path):
+    result = runner.invoke(app, ["site", "build", "-o", str(tmp_path / "site"), "--no-projected"])
+    assert result.exit_code == 0, result.output
+    table = json.loads((tmp_path / "site" / "leaderboard.json").read_text())["rows"]
+    measured = [row for row in table if row["run_id"]]
+    assert {(row["model"], row["device"]) for row in measured} >= {("smolvla", "generic-x86-cpu")}
+    assert any(row["provenance"] == "reported" for row in table)
+    page = (tmp_path / "site" / "runs" / f"{measured[0]['id']}.html").read_text()
+    assert f'href="{measured[0]["id"]}.profile.json"' in page  # the shipped profile of the same configuration
+    assert (tmp_path / "site" / "runs" / f"{measured[0]['id']}.profile.json").is_file()
