@@ -23,6 +23,7 @@ Schemes, per device type:
 from __future__ import annotations
 
 import importlib.util
+import logging
 import warnings
 from typing import Any
 
@@ -72,11 +73,26 @@ def scheme(device: torch.device, precision: str) -> str:
     return SCHEMES[(device.type, precision)]
 
 
+def quiet_torchao_import() -> None:
+    """Import torchao without its warnings about CUDA-only extension libraries a CPU torch cannot load, and torch's
+    deprecation notice about how torchao registers an enum."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        import torchao  # noqa: F401
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 class Int4PackedLinear(nn.Module):
     """A Linear whose weight is int4 in torch's CPU int4-pack layout; bf16 inside the kernel, fp32 outside."""
 
     def __init__(self, linear: nn.Linear, group: int) -> None:
         super().__init__()
+        quiet_torchao_import()
         from torchao.quantization.utils import groupwise_affine_quantize_tensor
 
         self.in_features, self.out_features, self.group = linear.in_features, linear.out_features, group
@@ -143,6 +159,7 @@ class Quantizer:
         return self._torchao(module, group)
 
     def _torchao(self, module: nn.Linear, group: int | None) -> nn.Module:
+        quiet_torchao_import()
         from torchao.quantization import (
             Int4WeightOnlyConfig,
             Int8DynamicActivationInt8WeightConfig,

@@ -129,10 +129,10 @@ def render_quickstart(root: Path) -> str:
         "",
         table(["phase", "p50 ms", "p90 ms", "p99 ms", "mean ms", "CoV"], rows),
         "",
-        f"- **control**: {control['inference_hz_p50']:.2f} inferences/s (p50); "
-        f"{control['action_hz_p50']:.1f} actions/s (p50), {control['action_hz_p99']:.1f} (p99) at "
-        f"{control['actions_per_chunk']} actions per chunk → **{verdict}** the {control['control_hz']:g} Hz target "
-        f"(judged on p99)",
+        f"- **control** ({control['execution']}): {control['inference_hz_p50']:.2f} inferences/s (p50), "
+        f"{control['inference_hz_p99']:.2f} (p99); reaction delay {ms(control['reaction_ms'])} ms (p99); "
+        f"{control['delivered_action_hz_p99']:.2f} actions/s delivered at p99 → **{verdict}** the "
+        f"{control['control_hz']:g} Hz target" + (f" ({control['reason']})" if control["reason"] else ""),
     ]
     if energy:
         lines.append(
@@ -561,6 +561,49 @@ def render_artifacts(root: Path) -> str:
     )
 
 
+GATE_EXAMPLE = {"latency_p50_ms": 280.0, "latency_p99_ms": 300.0, "control_hz": 10.0}
+"""Stated, not measured, inputs of the control-gate worked example (docs/measurement.md)."""
+
+
+def render_gate_example(root: Path) -> str:
+    """The control gate's worked example: ``execution.gate`` evaluated on stated latencies, per execution model."""
+    from vlabench.analysis.execution import ExecutionModel, gate
+
+    p50, p99, hz = GATE_EXAMPLE["latency_p50_ms"], GATE_EXAMPLE["latency_p99_ms"], GATE_EXAMPLE["control_hz"]
+    models = [
+        ExecutionModel(),
+        ExecutionModel(mode="sync", actions_per_chunk=10),
+        ExecutionModel(mode="async", actions_per_chunk=10),
+        ExecutionModel(mode="async", actions_per_chunk=2),
+    ]
+    rows = []
+    for model in models:
+        verdict = gate(p50, p99, hz, model)
+        rows.append(
+            [
+                model.label(),
+                f"{verdict.inference_hz_p99:.2f}/s",
+                f"{verdict.reaction_ms:g} ms",
+                f"{verdict.delivered_action_hz:.2f}",
+                "MEETS" if verdict.meets_target else f"MISSES: {verdict.reason}",
+            ]
+        )
+    slow = [gate(3000.0, 3000.0, hz, m) for m in (ExecutionModel(), ExecutionModel(mode="sync", actions_per_chunk=50))]
+    return "\n".join(
+        [
+            f"Stated latencies (not measured): p50 {p50:g} ms, p99 {p99:g} ms; target {hz:g} Hz. Computed by "
+            "`vlabench.analysis.execution.gate`.",
+            "",
+            table(["execution", "inference rate (p99)", "reaction delay", "delivered actions/s (p50)", "verdict"], rows),
+            "",
+            f"A stated 3 s inference at {hz:g} Hz: per step {slow[0].inference_hz_p99:.2f} inferences/s, "
+            f"{'MEETS' if slow[0].meets_target else 'MISSES'}; sync with 50 actions per chunk delivers "
+            f"{slow[1].delivered_action_hz:.2f} actions/s and {'MEETS' if slow[1].meets_target else 'MISSES'} "
+            "(every chunk stops the robot for the whole inference).",
+        ]
+    )
+
+
 @dataclass(frozen=True)
 class Block:
     artifacts: tuple[str, ...]
@@ -576,6 +619,7 @@ BLOCKS: dict[str, Block] = {
     "optimizations": Block((f"{RESULTS}/optimizations.json",), render_optimizations),
     "fidelity": Block((f"{RESULTS}/fidelity.json",), render_fidelity),
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
+    "gate-example": Block((), render_gate_example),
 }
 BLOCKS["artifacts"] = Block(tuple(a for block in BLOCKS.values() for a in block.artifacts), render_artifacts)
 

@@ -208,9 +208,7 @@ KILLED_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from vlabench.backends import BACKENDS
-from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
-from vlabench.atomic import atomic_write_text
+    from vlabench.atomic import atomic_write_text
     def stuck(fd):
         print("writing", flush=True)
         time.sleep(60)

@@ -52,7 +52,11 @@ hostile_ints = st.one_of(
 
 
 # Other fields a field is checked against, set so that only the field under test can be out of range.
-COMPANIONS = {"min_iterations": {"max_iterations": 1_000_000}, "max_iterations": {"min_iterations": 1}}
+COMPANIONS = {
+    "min_iterations": {"max_iterations": 1_000_000},
+    "max_iterations": {"min_iterations": 1},
+    "actions_per_chunk": {"execution": "async"},  # per-step, the default, executes one action per inference
+}
 
 
 def in_range(name: str, value: float) -> bool:
@@ -126,7 +130,9 @@ def number_texts(integer: bool):
 def test_run_refuses_a_bad_number_for_each_flag_before_any_work(name, data, no_work):
     bounds = Bounds.run(name)
     text = data.draw(number_texts(bounds.integer))
-    companions = [arg for field, v in COMPANIONS.get(name, {}).items() for arg in (RUN_FLAGS[field], str(v))]
+    companions = [
+        arg for field, v in COMPANIONS.get(name, {}).items() for arg in (RUN_FLAGS.get(field, f"--{field}"), str(v))
+    ]
     result = runner.invoke(app, ["run", *companions, RUN_FLAGS[name], text])
     try:
         value = int(text) if bounds.integer else float(text)
@@ -222,9 +228,12 @@ def test_run_refuses_more_actions_per_chunk_than_the_models_chunk(tmp_path, monk
         raise AssertionError("measured a chunk executing more actions than it holds")
 
     monkeypatch.setattr(vlabench.commands.run, "execute_many", measure)
-    result = runner.invoke(app, ["run", "-m", "smolvla-tiny", "--actions-per-chunk", "1000", "-o", str(tmp_path)])
+    chunked = ["--execution", "async"]
+    result = runner.invoke(
+        app, ["run", "-m", "smolvla-tiny", *chunked, "--actions-per-chunk", "1000", "-o", str(tmp_path)]
+    )
     assert result.exit_code == 2 and "more than the chunk length" in result.output, result.output
-    both = runner.invoke(app, ["run", "--chunk", "10", "--actions-per-chunk", "11", "-o", str(tmp_path)])
+    both = runner.invoke(app, ["run", *chunked, "--chunk", "10", "--actions-per-chunk", "11", "-o", str(tmp_path)])
     assert both.exit_code == 2 and "--actions-per-chunk" in both.output and "chunk length 10" in both.output
     assert not list(tmp_path.glob("*.json"))
 

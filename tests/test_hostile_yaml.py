@@ -95,12 +95,13 @@ def test_a_yaml_bool_is_never_a_number(name, word):
 def test_integers_are_accepted_where_numbers_are_expected(name, value):
     if name == "max_iterations":
         value = max(value, 10)
-    config = parse_yaml(f"{name}: {value}\n", RunConfig, "c.yaml", "run config")
+    chunked = "execution: async\n" if name == "actions_per_chunk" else ""  # per-step executes one action
+    config = parse_yaml(f"{chunked}{name}: {value}\n", RunConfig, "c.yaml", "run config")
     assert getattr(config, name) == value and type(getattr(config, name)) is int
     with pytest.raises(InputError):  # but neither 4.0 nor "4" is an integer
-        parse_yaml(f"{name}: {value}.0\n", RunConfig, "c.yaml", "run config")
+        parse_yaml(f"{chunked}{name}: {value}.0\n", RunConfig, "c.yaml", "run config")
     with pytest.raises(InputError):
-        parse_yaml(f'{name}: "{value}"\n', RunConfig, "c.yaml", "run config")
+        parse_yaml(f'{chunked}{name}: "{value}"\n', RunConfig, "c.yaml", "run config")
 
 
 @pytest.mark.parametrize("name", FLOAT_FIELDS)

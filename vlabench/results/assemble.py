@@ -213,7 +213,7 @@ def measurement_warnings(
             f"INVALID: action error {correctness.relative_error:.2e} (relative) / cosine "
             f"{correctness.displacement_cosine:.6f} "
             f"exceeds the {correctness.tolerance.max_relative_error:g} / {correctness.tolerance.min_cosine:g} "
-            "tolerance against torch fp32; this run is never ranked"
+            f"tolerance against torch {correctness.reference_precision}; this run is never ranked"
         )
     if system.background_cpu_percent > BUSY_BACKGROUND_PERCENT:
         warnings.append(
