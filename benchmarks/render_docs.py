@@ -594,7 +594,10 @@ def render_gate_example(root: Path) -> str:
             f"Stated latencies (not measured): p50 {p50:g} ms, p99 {p99:g} ms; target {hz:g} Hz. Computed by "
             "`vlabench.analysis.execution.gate`.",
             "",
-            table(["execution", "inference rate (p99)", "reaction delay", "delivered actions/s (p50)", "verdict"], rows),
+            table(
+                ["execution", "inference rate (p99)", "reaction delay", "delivered actions/s (p50)", "verdict"],
+                rows,
+            ),
             "",
             f"A stated 3 s inference at {hz:g} Hz: per step {slow[0].inference_hz_p99:.2f} inferences/s, "
             f"{'MEETS' if slow[0].meets_target else 'MISSES'}; sync with 50 actions per chunk delivers "
