@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from vlabench.analysis.flops_traced import VIEWS
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import ModelPhase, Precision
@@ -27,19 +28,8 @@ from vlabench.vocab import ModelPhase, Precision
 Scheme = Literal["eager", "fused"]
 SCHEMES: tuple[Scheme, ...] = ("eager", "fused")
 
-METADATA_ONLY = {
-    torch.ops.aten.t,
-    torch.ops.aten.view,
-    torch.ops.aten._unsafe_view,
-    torch.ops.aten.transpose,
-    torch.ops.aten.permute,
-    torch.ops.aten.expand,
-    torch.ops.aten.select,
-    torch.ops.aten.slice,
-    torch.ops.aten.unsqueeze,
-    torch.ops.aten.squeeze,
-    torch.ops.aten.alias,
-    torch.ops.aten.detach,
+COPYING_VIEWS = {torch.ops.aten._to_copy, torch.ops.aten.clone, torch.ops.aten.contiguous, torch.ops.aten.reshape}
+METADATA_ONLY = (VIEWS - COPYING_VIEWS) | {
     torch.ops.aten.split,
     torch.ops.aten.split_with_sizes,
     torch.ops.aten.unbind,
@@ -47,6 +37,7 @@ METADATA_ONLY = {
     torch.ops.aten.lift_fresh,
     torch.ops.aten.empty,
 }
+"""Operators that launch no kernel: the traced views that never copy, and allocation or splitting."""
 
 
 class KernelCounts(BaseModel):
