@@ -86,4 +86,6 @@ def stream_bandwidth(device: torch.device, megabytes: int = 256, budget_s: float
 
 
 def measure_ceilings(device: torch.device, precisions: tuple[str, ...] = ("fp32", "bf16")) -> list[MeasuredCeiling]:
-    return [*(gemm_peak(p, device) for p in precisions), stream_bandwidth(device)]
+    """GEMM peak per float precision and the stream bandwidth; a quantized precision (int8, int4) has no float GEMM
+    to measure, so its roofline rests on the bandwidth and the profile's quoted peak."""
+    return [*(gemm_peak(p, device) for p in precisions if p in DTYPES), stream_bandwidth(device)]
