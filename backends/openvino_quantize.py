@@ -19,6 +19,7 @@ The precision-sensitive ops ``openvino_ir`` pins to f32 are left out of quantiza
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def _nncf() -> Any:
         raise UnavailableError(reason)
     import nncf
 
+    nncf.set_log_level(logging.WARNING)  # its per-operator INFO lines would bury the run's own output
     return nncf
 
 
