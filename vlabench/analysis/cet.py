@@ -246,7 +246,6 @@ def pareto_axes(feasible: pd.DataFrame) -> list[str]:
 GATE_COLUMNS = (
     *("execution", "actions_per_chunk", "inference_hz_p50", "inference_hz_p99", "reaction_ms"),
     *("delivered_action_hz", "delivered_action_hz_p99", "meets_target"),
-    "action_hz_p99",  # the older name of delivered_action_hz_p99, for readers not yet moved over
 )
 ELECTRICITY_ONLY = "usd_per_million_actions_electricity_only"
 
@@ -266,7 +265,6 @@ def gate_rows(frame: pd.DataFrame, control_hz: float, execution: ExecutionModel 
             "reaction_ms": verdict.reaction_ms,
             "delivered_action_hz": verdict.delivered_action_hz,
             "delivered_action_hz_p99": verdict.delivered_action_hz_p99,
-            "action_hz_p99": verdict.delivered_action_hz_p99,
             "meets_target": verdict.meets_target,
             "feasible": not reasons,
             "reasons": "; ".join(reasons),

@@ -54,8 +54,7 @@ def results_frame(
     identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), file;
     control (``cet.gate``): execution ("per-step", "sync", "async"), actions_per_chunk (executed per inference: 1
     per step), latency_p50_ms, latency_p99_ms, inference_hz_p50, inference_hz_p99, reaction_ms (p99 latency),
-    delivered_action_hz (at p50), delivered_action_hz_p99, action_hz_p99 (the same as delivered_action_hz_p99, for
-    readers of the old name), meets_target, feasible, reasons;
+    delivered_action_hz (at p50), delivered_action_hz_p99, meets_target, feasible, reasons;
     memory: memory_needed_gb (estimated), device_memory_gb (usable: what the OS and CUDA context leave on unified-
     memory devices), device_memory_nameplate_gb;
     energy and cost (None without an energy measurement): energy_label, joules_per_inference, joules_per_action,
