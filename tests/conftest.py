@@ -48,3 +48,16 @@ def make_host():
         return HostInfo(**{**values, **overrides})
 
     return make
+
+
+@pytest.fixture(scope="module")
+def cache_folder(tmp_path_factory):
+    """One export cache per test module: each tiny model is exported (or quantized) once, not once per test."""
+    return tmp_path_factory.mktemp("vlabench-cache")
+
+
+@pytest.fixture
+def module_cache(cache_folder, monkeypatch):
+    """Point vlabench's cache (``$VLABENCH_CACHE``) at the module's own folder."""
+    monkeypatch.setenv("VLABENCH_CACHE", str(cache_folder))
+    return cache_folder

@@ -16,15 +16,7 @@ TINY_MODELS = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def cache_folder(tmp_path_factory):
-    """One export cache for the module: each tiny model is exported once, not once per test."""
-    return tmp_path_factory.mktemp("vlabench-cache")
-
-
-@pytest.fixture(autouse=True)
-def _cache(cache_folder, monkeypatch):
-    monkeypatch.setenv("VLABENCH_CACHE", str(cache_folder))
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def actions(policy, workload, obs, noise) -> torch.Tensor:

@@ -19,14 +19,8 @@ CPU = torch.device("cpu")
 needs_nncf = pytest.mark.skipif(openvino_quantize.nncf_missing() is not None, reason="NNCF is not installed")
 
 
-@pytest.fixture(scope="module")
-def cache_folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("vlabench-cache")
-
-
 @pytest.fixture(autouse=True)
-def _cache(cache_folder, monkeypatch):
-    monkeypatch.setenv("VLABENCH_CACHE", str(cache_folder))
+def _cache(module_cache, monkeypatch):
     monkeypatch.setattr(openvino_quantize, "CALIBRATION_OBSERVATIONS", 2)  # keeps PTQ fast; still seeded
 
 

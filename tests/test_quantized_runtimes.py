@@ -29,14 +29,7 @@ TOKEN_MODELS = {"openvla-7b-tiny"}
 MIN_COSINE = {"int8": 0.999, "int4": 0.95}
 
 
-@pytest.fixture(scope="module")
-def cache_folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("vlabench-cache")
-
-
-@pytest.fixture(autouse=True)
-def _cache(cache_folder, monkeypatch):
-    monkeypatch.setenv("VLABENCH_CACHE", str(cache_folder))
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def run_against_reference(policy, name, tiny_inputs, precision):
