@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, ClassVar
 
@@ -51,6 +52,15 @@ def _openvino():
 def _present(device: str, available: list[str]) -> bool:
     """``GPU`` matches any ``GPU.N``; an indexed name must match exactly."""
     return any(name == device or ("." not in device and name.partition(".")[0] == device) for name in available)
+
+
+def compile_cache(ir: IrModel, precision: str) -> Path:
+    """OpenVINO's compiled-blob cache for one IR at one precision. OpenVINO 2025's CPU plugin files a blob under the
+    same key whatever the inference precision: a bf16 compile after an f32 one of the same IR loaded the f32 blob
+    and returned NaN (full-size SmolVLA's prefill) or crashed the process (a segfault on smolvla-tiny), the abort
+    issue 19 saw. One folder per IR and precision keeps every blob with the graph and precision it was compiled
+    for."""
+    return cache_root() / "openvino" / ir.folder.name / precision
 
 
 def _numpy(value: Tensor) -> np.ndarray:
@@ -230,7 +240,7 @@ class OpenVinoBackend(Backend):
                 "nncf": ir.meta["nncf"],
                 "quantized_ir_reused": ir.reused,
             }
-        config = self._config(precision)
+        config = self._config(precision, ir)
         models = {graph: self.core.read_model(str(ir.xml(graph))) for graph in exported.graphs}
         if precision in Precision.REDUCED and not all(
             marks_honoured(models[graph], ir.marked.get(graph, [])) for graph in models
@@ -252,18 +262,19 @@ class OpenVinoBackend(Backend):
         return OpenVinoPolicy(
             compiled,
             Precision.dtype(precision),
-            {**details, **quantization},
+            {**details, "cache_dir": config["CACHE_DIR"], **quantization},
             exported.graphs,
             cache_type,
             self.profile_nodes,
         )
 
-    def _config(self, precision: str) -> dict[str, Any]:
+    def _config(self, precision: str, ir: IrModel) -> dict[str, Any]:
+        """Compile settings; compiled blobs are cached per IR and precision (``compile_cache``)."""
         ov = _openvino()
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": getattr(ov.Type, ELEMENT_TYPES[precision]),
             "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
-            "CACHE_DIR": str(cache_root() / "openvino"),
+            "CACHE_DIR": str(compile_cache(ir, precision)),
             "PERF_COUNT": self.profile_nodes,
         }
         supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
@@ -286,7 +297,6 @@ class OpenVinoBackend(Backend):
             "inference_num_threads": self._property(model, "INFERENCE_NUM_THREADS"),
             "dynamic_quantization_group_size": self._property(model, "DYNAMIC_QUANTIZATION_GROUP_SIZE"),
             "kept_f32_ops": sum(len(names) for names in ir.marked.values()),
-            "cache_dir": str(cache_root() / "openvino"),
             "onnx_folder": str(onnx),
             "onnx_reused": onnx_reused,
             "ir_folder": str(ir.folder),
@@ -298,7 +308,7 @@ class OpenVinoBackend(Backend):
     ) -> Calibration:
         """Every graph call's inputs while the f32 IR samples chunks for ``count`` seeded observations and noise."""
         cpu = torch.device("cpu")
-        config = {**self._config("fp32"), "PERF_COUNT": False}
+        config = {**self._config("fp32", source), "PERF_COUNT": False}
         compiled = {graph: self.core.compile_model(str(source.xml(graph)), "CPU", config) for graph in exported.graphs}
         policy = OpenVinoPolicy(compiled, torch.float32, {}, exported.graphs, load_cache_class(exported.cache_class))
         policy.recorded = {}

@@ -48,6 +48,18 @@ def test_bf16_passes_the_gate_with_time_and_rope_angles_kept_f32(name, tiny_inpu
     assert details["effective_inference_precision"] == "bf16" and details["kept_f32_ops"] > 0
 
 
+@pytest.mark.skipif(not native_bf16(), reason="this CPU has no native bf16 (AVX512-BF16 or AMX): OpenVINO refuses it")
+def test_bf16_after_fp32_of_the_same_graph_compiles_its_own_blob(tiny_inputs):
+    """OpenVINO files a compiled blob under one key whatever the inference precision: bf16 must not load fp32's."""
+    spec, workload, _, _ = tiny_inputs("smolvla-tiny")
+    fp32 = OpenVinoBackend().prepare(spec, workload, CPU, "fp32", seed=0).details()
+    verdict, bf16 = gate(tiny_inputs, "smolvla-tiny", "bf16", input_dtype=torch.bfloat16)
+    assert verdict.passed, verdict
+    assert fp32["cache_dir"] != bf16["cache_dir"] and all(
+        any(Path(details["cache_dir"]).glob("*.blob")) for details in (fp32, bf16)
+    )
+
+
 @needs_nncf
 @pytest.mark.parametrize(
     ("name", "precision", "scheme", "words"),
