@@ -68,6 +68,7 @@ def test_bf16_after_fp32_of_the_same_graph_compiles_its_own_blob(tiny_inputs):
         ("pi0-tiny", "int4", "weights", "INT4_SYM"),
         ("pi05-tiny", "int8", "weights", "INT8_ASYM"),
         ("pi0-tiny", "int8", "ptq", "activations int8"),
+        ("smolvla-tiny", "int8", "ptq", "prefill default, weight matmuls only"),
     ],
 )
 def test_quantized_runs_pass_their_tolerance_and_record_the_scheme(name, precision, scheme, words, tiny_inputs):
