@@ -27,6 +27,7 @@ class BackendOptions:
     fuse_denoise_loop: bool = False  # torch-compile on CUDA: replay the whole denoise loop as one CUDA graph
     profile_nodes: bool = False  # onnxruntime / openvino: enable the runtime's per-node profiler
     fuse_expert_kv: bool = False  # torch backends: hoist the expert's prefix K/V work out of the denoising loop
+    quant_scheme: str | None = None  # int8: how it is quantized (``Backend.int8_schemes``); None: the default
 
 
 class Backend(ABC):
@@ -42,6 +43,8 @@ class Backend(ABC):
     """Can hoist the action expert's prefix K/V projections out of the loop (``--fuse-expert-kv``)."""
     captures_graphs: ClassVar[bool] = False
     """Can replay the whole denoising loop as one captured graph (``--fuse-denoise-loop``)."""
+    int8_schemes: ClassVar[tuple[str, ...]] = ()
+    """The int8 quantization schemes ``--quant-scheme`` chooses between, the default first (empty: one fixed)."""
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU"}
     """The compute engines (``hardware.targets.Engine``) this backend can execute on, each with how it gets there
     (shown when a run is refused)."""

@@ -16,6 +16,7 @@ from torch import Tensor
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
 from vlabench.backends.onnx_export import ExportedModel, export_onnx, load_cache_class
 from vlabench.backends.onnxruntime_quantize import (
+    INT8_SCHEMES,
     calibration_feeds,
     check_scheme,
     nbits_available,
@@ -159,6 +160,7 @@ class OnnxRuntimeBackend(Backend):
         "ascend-npu": "with --ep cann (an onnxruntime build with the CANN provider)",
     }
     default_ep: ClassVar[dict[str, str]] = {"cpu": "cpu", "cuda": "cuda", "ascend-npu": "cann"}
+    int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
 
     @classmethod
     def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
@@ -173,7 +175,7 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OnnxRuntimeBackend:
-        return cls(options.ep, options.profile_nodes)
+        return cls(options.ep, options.profile_nodes, options.quant_scheme or cls.int8_schemes[0])
 
     def __init__(self, ep: str | None = None, profile_nodes: bool = False, int8_scheme: str = "dynamic") -> None:
         """``int8_scheme``: ``dynamic`` or ``qdq`` (see ``onnxruntime_quantize.SCHEMES``)."""

@@ -22,6 +22,7 @@ from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_cl
 from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
 from vlabench.backends.openvino_quantize import (
     DEFAULT_SCHEME,
+    SCHEMES,
     Calibration,
     check_scheme,
     describe,
@@ -149,6 +150,7 @@ class OpenVinoBackend(Backend):
         "intel-npu": "with device target NPU",
     }
     default_target: ClassVar[dict[str, str]] = {"cpu": "CPU", "intel-gpu": "GPU", "intel-npu": "NPU"}
+    int8_schemes: ClassVar[tuple[str, ...]] = SCHEMES["int8"]
 
     @classmethod
     def route(cls, engine: str, options: BackendOptions) -> tuple[torch.device, BackendOptions]:
@@ -164,7 +166,7 @@ class OpenVinoBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OpenVinoBackend:
-        return cls(options.device_target or "CPU", options.profile_nodes)
+        return cls(options.device_target or "CPU", options.profile_nodes, options.quant_scheme or cls.int8_schemes[0])
 
     def __init__(self, target: str = "CPU", profile_nodes: bool = False, int8_scheme: str = "ptq") -> None:
         self.target = target.upper()

@@ -18,8 +18,10 @@ The precision-sensitive ops ``openvino_ir`` pins to f32 are left out of quantiza
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,8 @@ def quantized_ir(
         return extra
 
     meta = {**identity, "graphs": source.meta["graphs"], "kept_f32": source.marked}
-    return cached_ir(folder, meta, build)
+    with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars print to stdout: keep --json output clean
+        return cached_ir(folder, meta, build)
 
 
 def _ptq(nncf: Any, core: Any, model: Any, feeds: list[dict[str, np.ndarray]], ignored: Any) -> tuple[Any, str]:

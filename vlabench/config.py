@@ -73,6 +73,9 @@ class RunConfig(BaseModel):
     backend: str = Field(default="torch", description="a backend, a comma-separated list, or all")
     ep: str | None = Field(default=None, description="onnxruntime execution provider (cpu, cuda, tensorrt, ...)")
     device_target: str | None = Field(default=None, description="openvino device (CPU, GPU, NPU, ...)")
+    quant_scheme: str | None = Field(
+        default=None, description="int8 scheme: openvino ptq or weights, onnxruntime dynamic or qdq; None: default"
+    )
     compile_mode: str = Field(default="default", description="torch.compile mode for the torch-compile backend")
     fuse_denoise_loop: StrictBool = Field(default=False, description="torch-compile on CUDA: one CUDA graph per loop")
     precision: str | None = Field(default=None, description="None: fp32 on CPUs, bf16 on CUDA")

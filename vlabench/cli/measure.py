@@ -29,6 +29,7 @@ from vlabench.cli.options import (
     OutFlag,
     OutputOption,
     PrecisionFlag,
+    QuantSchemeFlag,
     SeedFlag,
     StepsFlag,
     TargetOption,
@@ -61,6 +62,7 @@ def run(
     ep: EpFlag = None,
     device_target: DeviceTargetFlag = None,
     precision: PrecisionFlag = None,
+    quant_scheme: QuantSchemeFlag = None,
     compile_mode: Annotated[
         str, TargetOption(help="torch.compile mode for torch-compile.")
     ] = RUN_DEFAULTS.compile_mode,

@@ -102,6 +102,16 @@ DeviceFlag = Annotated[str, TargetOption("--device", "-d", help="Device profile 
 OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help="One backend.")]
 EpFlag = Annotated[str | None, TargetOption(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
 DeviceTargetFlag = Annotated[str | None, TargetOption(help=contextual("OpenVINO device: CPU, GPU, NPU, AUTO.", "CPU"))]
+QuantSchemeFlag = Annotated[
+    str | None,
+    TargetOption(
+        help=contextual(
+            "How int8 is quantized: openvino ptq (weights and activations) or weights (weight-only); onnxruntime "
+            "dynamic or qdq (static, calibrated).",
+            "each backend's first",
+        )
+    ),
+]
 PrecisionFlag = Annotated[
     str | None,
     TargetOption(
@@ -160,6 +170,7 @@ TARGET_OPTIONS: dict[str, Any] = {
     "ep": EpFlag,
     "device_target": DeviceTargetFlag,
     "precision": PrecisionFlag,
+    "quant_scheme": QuantSchemeFlag,
     "cameras": CamerasFlag,
     "steps": StepsFlag,
 }

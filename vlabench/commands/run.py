@@ -16,7 +16,7 @@ from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, with_checkpoint
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, UnavailableError, VlabenchError
+from vlabench.errors import InputError, UnavailableError, VlabenchError, unknown_name
 from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
 from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
@@ -70,7 +70,24 @@ def backend_options(config: RunConfig) -> BackendOptions:
         compile_mode=config.compile_mode,
         fuse_denoise_loop=config.fuse_denoise_loop,
         fuse_expert_kv=config.fuse_expert_kv,
+        quant_scheme=config.quant_scheme,
     )
+
+
+def check_quant_scheme(scheme: str | None, backend: type[Backend], precision: str | None) -> None:
+    """``--quant-scheme`` only with int8 (or auto) on a backend with a choice, and one of that backend's schemes."""
+    if scheme is None:
+        return
+    if precision not in ("int8", Precision.AUTO):
+        raise InputError(
+            f"--quant-scheme chooses how int8 is quantized; this run is {precision or 'at its default precision'} "
+            "(use --precision int8 or auto)"
+        )
+    if not backend.int8_schemes:
+        choosers = ", ".join(name for name, cls in BACKENDS.items() if cls.int8_schemes)
+        raise InputError(f"backend '{backend.name}' has one int8 scheme; --quant-scheme applies to {choosers}")
+    if scheme not in backend.int8_schemes:
+        raise unknown_name(f"{backend.name} int8 scheme", scheme, backend.int8_schemes)
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -81,6 +98,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
     schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
     check_workload(spec, workload)
+    check_quant_scheme(config.quant_scheme, backend_class(config.backend), config.precision)
     backend, options, device, engine = route_backend(config)
     check_optimizations(config, backend, schedule, spec)
     requested = Precision.parse(config.precision or default_precision(backend, device.torch_device), allow_auto=True)
