@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 
 import torch
 from pydantic import BaseModel
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8}
+UNITS = {"int8": "TOP/s"}  # integer operations; the float precisions count FLOP
 GROWTH_STOP_S = 0.05  # stop growing the GEMM once one call takes this long
 
 
@@ -42,31 +44,35 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 def gemm_peak(
     precision: str, device: torch.device, budget_s: float = 1.0, max_size: int | None = None
 ) -> MeasuredCeiling:
-    """Square n³ matmul at ``precision`` (2·n³ FLOP per call). n doubles from 256 while one call stays short, so a
-    slow (emulated) precision is measured in seconds rather than minutes and a fast GPU gets a large enough n."""
+    """Square n³ matmul at ``precision`` (2·n³ operations per call; int8: ``torch._int_mm``, int8 × int8 → int32,
+    the kernel torchao's int8 runs call). n doubles from 256 while one call stays short, so a slow (emulated)
+    precision is measured in seconds rather than minutes and a fast GPU gets a large enough n."""
     dtype = DTYPES[precision]
+    integer = not dtype.is_floating_point
     synchronize = _synchronizer(device)
     limit = max_size or (8192 if device.type == "cuda" else 2048)
     size = 256
     while True:
-        a = torch.randn(size, size, device=device).to(dtype)
-        b = torch.randn(size, size, device=device).to(dtype)
-        out = torch.empty(size, size, device=device, dtype=dtype)
-        torch.matmul(a, b, out=out)
+        a = (torch.randn(size, size, device=device) * (50 if integer else 1)).to(dtype)
+        b = (torch.randn(size, size, device=device) * (50 if integer else 1)).to(dtype)
+        out = torch.empty(size, size, device=device, dtype=torch.int32 if integer else dtype)
+        multiply = partial(torch._int_mm if integer else torch.matmul, a, b, out=out)
+        multiply()
         synchronize()
         begin = perf_counter()
-        torch.matmul(a, b, out=out)
+        multiply()
         synchronize()
         if size * 2 > limit or perf_counter() - begin > GROWTH_STOP_S:
             break
         size *= 2
-    seconds, repetitions = _best_seconds(lambda: torch.matmul(a, b, out=out), synchronize, budget_s)
+    seconds, repetitions = _best_seconds(multiply, synchronize, budget_s)
+    kernel = "torch._int_mm" if integer else "torch.matmul"
     return MeasuredCeiling(
         quantity=f"gemm_{precision}",
         value=2 * size**3 / seconds / 1e12,
-        unit="TFLOP/s",
+        unit=UNITS.get(precision, "TFLOP/s"),
         repetitions=repetitions,
-        detail=f"torch.matmul {size}×{size}×{size} {precision} on {device}, torch threads {torch.get_num_threads()}",
+        detail=f"{kernel} {size}×{size}×{size} {precision} on {device}, torch threads {torch.get_num_threads()}",
     )
 
 
@@ -86,6 +92,6 @@ def stream_bandwidth(device: torch.device, megabytes: int = 256, budget_s: float
 
 
 def measure_ceilings(device: torch.device, precisions: tuple[str, ...] = ("fp32", "bf16")) -> list[MeasuredCeiling]:
-    """GEMM peak per float precision and the stream bandwidth; a quantized precision (int8, int4) has no float GEMM
-    to measure, so its roofline rests on the bandwidth and the profile's quoted peak."""
+    """GEMM peak per precision and the stream bandwidth; int4 has no GEMM of its own (its weights are unpacked to
+    int8 or bf16 operands), so its roofline rests on the bandwidth and the profile's quoted peak."""
     return [*(gemm_peak(p, device) for p in precisions if p in DTYPES), stream_bandwidth(device)]

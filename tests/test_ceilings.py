@@ -13,10 +13,14 @@ def test_gemm_peak_reports_a_positive_rate_with_its_method():
     assert "256×256×256 fp32" in ceiling.detail
 
 
-def test_a_quantized_precision_measures_only_the_bandwidth():
-    # int8/int4 have no float GEMM to time (a run at int8 with --measure-ceilings used to die with KeyError 'int8')
+def test_int8_times_the_integer_gemm_and_int4_only_the_bandwidth():
+    # int4 has no GEMM of its own (a run at int8 with --measure-ceilings once died with KeyError 'int8')
     measured = measure_ceilings(torch.device("cpu"), ("int8", "int4"))
-    assert [ceiling.unit for ceiling in measured] == ["GB/s"]
+    assert [(ceiling.quantity, ceiling.unit) for ceiling in measured] == [
+        ("gemm_int8", "TOP/s"),
+        ("memory_bandwidth", "GB/s"),
+    ]
+    assert measured[0].value > 0 and "torch._int_mm" in measured[0].detail
 
 
 def test_stream_bandwidth_counts_read_and_write():

@@ -37,3 +37,19 @@ def test_the_flow_experts_predict_the_chunk_the_workload_asks_for(name):
     noise = initial_noise(workload, 0, torch.float32, cpu)
     actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
     assert actions.shape == noise.shape and actions.shape[1] == spec.action.chunk + 3
+
+
+@pytest.mark.parametrize("name", ["openvla-7b-tiny", "smolvla-tiny"])
+def test_a_reduced_precision_replica_is_allocated_at_that_precision(name, monkeypatch):
+    # the whole model is allocated once: in fp32 first, a bf16 OpenVLA-7B would need about 28 GiB on a 24 GB host
+    allocated = []
+    original = torch.nn.Module.to_empty
+
+    def spy(module, *args, **kwargs):
+        allocated.extend(p.dtype for p in module.parameters() if p.is_floating_point())
+        return original(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to_empty", spy)
+    model = build_replica(load_model_spec(name), 0, torch.bfloat16, torch.device("cpu"))
+    assert allocated and set(allocated) == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.bfloat16}

@@ -70,7 +70,7 @@ def build_replica(
         model = replica_class(spec)(spec)
     if transform is not None and spec.checkpoint is None:
         return _build_streamed(model, seed, dtype, device, transform).eval().requires_grad_(False)
-    model = model.to_empty(device=device).to(dtype)
+    model = model.to(dtype).to_empty(device=device)  # allocated at ``dtype``: a bf16 7B never exists in fp32
     initialize_weights(model, seed)
     if spec.checkpoint is not None:
         from vlabench.models.checkpoints import load_checkpoint
