@@ -35,6 +35,17 @@ CheckpointFlag = Annotated[
 ]
 
 
+def closed_loop_precisions_option(value: str) -> str:
+    """``--closed-loop-precisions`` checked when the command line is parsed: a bad name is a usage error (exit 2)
+    listing the valid ones; the value comes back as the canonical comma list (or ``none``)."""
+    from vlabench.optimizations.closed_loop.precision import NONE, parse_precisions
+
+    try:
+        return ",".join(parse_precisions(value)) or NONE
+    except InputError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 def roofline(
     ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="Model name.")] = "smolvla",
@@ -138,6 +149,15 @@ def fidelity(
         bool, typer.Option(help="Closed loop: success on Gymnasium MuJoCo Reacher-v5 with vlabench's trained policy.")
     ] = True,
     episodes: Annotated[int, number_option(COUNT, help="Closed loop: seeded episodes per variant.")] = 50,
+    closed_loop_precisions: Annotated[
+        str,
+        typer.Option(
+            parser=closed_loop_precisions_option,
+            metavar="LIST",
+            help="Closed loop: the exact sampler again with the policy at these precisions, on the same episodes: "
+            "a comma list of bf16, int8, int4 (int8/int4: the torch backend's CPU quantizers), or none.",
+        ),
+    ] = "bf16,int8,int4",
     actions_per_chunk: Annotated[
         int,
         number_option(
@@ -150,7 +170,7 @@ def fidelity(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fidelity JSON instead of tables.")] = False,
 ) -> None:
     """Action error (open loop) and task success (closed loop) of DP-Cache, V-AEFusion and lossless fusion."""
-    from vlabench.cli.views.optimizations import fidelity_tables
+    from vlabench.cli.views.optimizations import closed_loop_schemes, fidelity_tables
     from vlabench.commands.fidelity import run_fidelity
 
     if observations < 1 or episodes < 1 or not 1 <= actions_per_chunk <= 8:
@@ -161,9 +181,11 @@ def fidelity(
     )
     target = {"device": device, "backend": backend, "precision": precision, "checkpoint": checkpoint}
     episodes = episodes if closed_loop else 0
-    report, path = run_fidelity(model, observations, episodes, seed, out_dir, actions_per_chunk, **target)
+    precisions = [] if closed_loop_precisions == "none" else closed_loop_precisions.split(",")
+    report, path = run_fidelity(model, observations, episodes, seed, out_dir, actions_per_chunk, precisions, **target)
     skipped = [f"skipped {row.variant}: {row.reason}" for row in report.skipped]
-    show(as_json, report, [*fidelity_tables(report), *skipped], f"fidelity: [bold]{markup_safe(path)}[/]")
+    notes = [markup_safe(line) for line in [*closed_loop_schemes(report), *skipped]]
+    show(as_json, report, [*fidelity_tables(report), *notes], f"fidelity: [bold]{markup_safe(path)}[/]")
 
 
 def calibrate_dp_cache(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import AwareDatetime, BaseModel, Field
@@ -18,10 +19,18 @@ from vlabench.optimizations.fidelity import ActionError, FidelityVariant, defaul
 from vlabench.results.header import ArtifactHeader
 from vlabench.results.provenance import collect_provenance
 
-FIDELITY_SCHEMA_VERSION = "1.1"
+if TYPE_CHECKING:
+    from vlabench.optimizations.closed_loop.evaluate import EpisodeStats
+
+FIDELITY_SCHEMA_VERSION = "1.2"
 """1.0: the artifact header (``schema_version``, ``run_id``, ``finished_utc``, device/backend/precision and
 provenance added to the fidelity report of before). 1.1: ``checkpoint``, ``open_loop_candidate`` and ``skipped``;
-device/backend/precision are the open loop's (``--device``, ``--backend``, ``--precision``)."""
+device/backend/precision are the open loop's (``--device``, ``--backend``, ``--precision``). 1.2: closed-loop rows of
+the exact sampler with the policy at other precisions (``exact bf16``, ``exact int8``, ``exact int4``; a row's
+``precision``, ``scheme`` and ``float_linears``) and ``closed_loop_precisions``; older files read as fp32 rows."""
+
+
+EXACT_ROW = "exact"  # the fp32 exact sampler's closed-loop row; the other precisions' rows follow it
 
 
 class OpenLoopRow(BaseModel):
@@ -41,6 +50,9 @@ class ClosedLoopRow(BaseModel):
     success_rate: float
     mean_final_distance_m: float
     expert_calls_per_chunk: float
+    precision: str | None = Field(default="fp32", description="the policy's precision; None: the scripted expert")
+    scheme: str | None = Field(default=None, description="how the policy was cast or quantized; None: fp32")
+    float_linears: list[str] = Field(default_factory=list, description="Linear layers the quantizer left in fp32")
 
 
 class FidelityReport(ArtifactHeader):
@@ -59,6 +71,9 @@ class FidelityReport(ArtifactHeader):
     open_loop: list[OpenLoopRow]
     skipped: list[SkippedVariant] = Field(default_factory=list, description="variants that do not apply here, why")
     closed_loop_task: str | None = None
+    closed_loop_precisions: list[str] = Field(
+        default_factory=list, description="policy precisions asked for besides fp32 (exact sampler; skipped ones too)"
+    )
     closed_loop: list[ClosedLoopRow]
 
     FILE_SUFFIX: ClassVar[str] = ".fidelity.json"
@@ -74,10 +89,13 @@ def run_fidelity(
     seed: int,
     out_dir: Path,
     actions_per_chunk: int = 4,
+    closed_loop_precisions: Sequence[str] | None = None,
     **target,
 ) -> tuple[FidelityReport, Path]:
     """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights,
-    fp32 eager torch on the auto-resolved device)."""
+    fp32 eager torch on the auto-resolved device). ``closed_loop_precisions``: the exact sampler again with the
+    trained policy at each (bf16, int8, int4: the torch backend's CPU quantizers; None: all three), on the same
+    episodes as the fp32 rows; one that cannot run here is skipped with its reason."""
     plan = plan_target(model, "open-loop fidelity", seed=seed, **target)
     spec, workload = plan.spec, plan.workload
     started = datetime.now(timezone.utc)
@@ -92,9 +110,10 @@ def run_fidelity(
     results = open_loop(spec, workload, observations, variants, seed, plan.device.torch_device, candidate)
     rows = [OpenLoopRow(variant=variant, error=error) for variant, error in results]
     closed: list[ClosedLoopRow] = []
-    task = None
+    task, precisions = None, []
     if episodes:
         from vlabench.optimizations.closed_loop.evaluate import closed_loop_variants, evaluate
+        from vlabench.optimizations.closed_loop.precision import PRECISIONS, precision_success_rates
         from vlabench.optimizations.closed_loop.train import load_or_train
 
         policy = load_or_train(seed)
@@ -103,16 +122,16 @@ def run_fidelity(
             f"{actions_per_chunk} of 8 actions executed per chunk"
         )
         closed = [
-            ClosedLoopRow(
-                variant=s.variant,
-                episodes=s.episodes,
-                successes=s.successes,
-                success_rate=s.success_rate,
-                mean_final_distance_m=s.mean_final_distance,
-                expert_calls_per_chunk=s.expert_calls_per_chunk,
-            )
+            _closed_row(s, None if s.variant == "scripted expert" else "fp32")
             for s in evaluate(policy, closed_loop_variants(policy.steps), episodes, seed, actions_per_chunk)
         ]
+        precisions = list(PRECISIONS if closed_loop_precisions is None else closed_loop_precisions)
+        at_precisions, refused = precision_success_rates(policy, precisions, episodes, seed, actions_per_chunk)
+        after_exact = next((i + 1 for i, row in enumerate(closed) if row.variant == EXACT_ROW), len(closed))
+        closed[after_exact:after_exact] = [
+            _closed_row(p.stats, p.precision, p.scheme, p.float_linears) for p in at_precisions
+        ]
+        skipped += [SkippedVariant(variant=f"{name} (closed loop)", reason=reason) for name, reason in refused]
     report = FidelityReport(
         started_utc=started,
         finished_utc=datetime.now(timezone.utc),
@@ -127,6 +146,24 @@ def run_fidelity(
         seed=seed,
         open_loop=rows,
         closed_loop_task=task,
+        closed_loop_precisions=precisions,
         closed_loop=closed,
     )
     return report, atomic_write_text(out_dir / report.file_name(), report.model_dump_json(indent=2))
+
+
+def _closed_row(
+    stats: EpisodeStats, precision: str | None, scheme: str | None = None, float_linears: Sequence[str] = ()
+) -> ClosedLoopRow:
+    """One closed-loop row: a variant's task success and the precision of the policy that ran it."""
+    return ClosedLoopRow(
+        variant=stats.variant,
+        episodes=stats.episodes,
+        successes=stats.successes,
+        success_rate=stats.success_rate,
+        mean_final_distance_m=stats.mean_final_distance,
+        expert_calls_per_chunk=stats.expert_calls_per_chunk,
+        precision=precision,
+        scheme=scheme,
+        float_linears=list(float_linears),
+    )

@@ -35,6 +35,16 @@ def fidelity_tables(report: FidelityReport) -> list[Table]:
     return tables
 
 
+def closed_loop_schemes(report: FidelityReport) -> list[str]:
+    """How each reduced-precision closed-loop row's policy was made, and the Linear layers kept at fp32."""
+    lines = []
+    for row in report.closed_loop:
+        if row.scheme:
+            kept = f"; kept at fp32: {', '.join(row.float_linears)}" if row.float_linears else ""
+            lines.append(f"{row.variant}: {row.scheme}{kept}")
+    return lines
+
+
 def schedule_lines(schedule: DPCacheSchedule, budget: float) -> list[str]:
     """The calibrated schedule: step-to-step similarity, steps computed, error against the budget."""
     report = schedule.calibration or {}

@@ -72,7 +72,7 @@ def success_rate(
     """Run ``episodes`` seeded episodes of the policy under ``variant``; count those that end on the target."""
     if not 0 < actions_per_chunk <= policy.horizon:
         raise ValueError(f"actions_per_chunk must be within 1..{policy.horizon}, got {actions_per_chunk}")
-    device = policy.obs_mean.device
+    device, dtype = policy.obs_mean.device, policy.obs_mean.dtype  # a bf16 policy takes bf16 inputs
     counter = _CountingPolicy(policy)
     env = make_env()
     successes, distances, cycles = 0, [], 0
@@ -86,10 +86,10 @@ def success_rate(
             try:
                 for step in range(EPISODE_STEPS):
                     if step % actions_per_chunk == 0:
-                        observation = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
-                        noise = cycle_noise(seed, episode, step // actions_per_chunk, policy.horizon).to(device)
+                        observation = torch.as_tensor(obs, dtype=torch.float32, device=device)[None].to(dtype)
+                        noise = cycle_noise(seed, episode, step // actions_per_chunk, policy.horizon).to(device, dtype)
                         chunk, _ = loop.cycle(observation, noise)
-                        chunk = chunk[0].clamp(-1.0, 1.0).cpu().numpy()
+                        chunk = chunk[0].float().clamp(-1.0, 1.0).cpu().numpy()
                         cycles += 1
                     obs, *_ = env.step(chunk[step % actions_per_chunk])
             finally:

@@ -129,7 +129,8 @@ class SmallFlowPolicy(nn.Module):
 
     def denoise_step(self, x_t: Tensor, t: Tensor, cache: PrefixCache) -> Tensor:
         """Velocity (B, H, ACTION_DIM) at x_t (B, H, ACTION_DIM) and time t (B,) given the prefix cache."""
-        time = self.time_mlp(sinusoidal_embedding(t.to(x_t.dtype), self.width))
+        # the sinusoid in fp32 whatever the policy's dtype (as the replicas do): bf16 times × 1000 lose whole radians
+        time = self.time_mlp(sinusoidal_embedding(t.float(), self.width).to(x_t.dtype))
         h = self.action_in(x_t) + self.action_position
         for index, layer in enumerate(self.expert_layers):
             h = layer(h, time, cache.keys[index], cache.values[index])
