@@ -2,7 +2,8 @@
 
 The graphs run from OpenVINO IR (``openvino_ir``: precision-sensitive ops pinned to f32); bf16 and fp16 are
 OpenVINO's ``INFERENCE_PRECISION_HINT`` over the f32 IR, int8 and int4 are NNCF-quantized IR
-(``openvino_quantize``) run at f32 between quantized ops. Inputs and outputs stay f32 in the graphs.
+(``openvino_quantize``); int8 runs at bf16 between the quantized ops where the device computes bf16 natively,
+else f32, int4 at f32 (``OpenVinoBackend.inference_type``). Inputs and outputs stay f32 in the graphs.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
 
-ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32", "int4": "f32"}
-"""Run precision -> OpenVINO inference precision (quantized graphs: f32 between the quantized ops)."""
+ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+"""Float run precision -> OpenVINO inference precision (quantized graphs: ``between_quantized``)."""
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
 
 
@@ -244,16 +245,14 @@ class OpenVinoBackend(Backend):
             }
         config = self._config(precision, ir)
         models = {graph: self.core.read_model(str(ir.xml(graph))) for graph in exported.graphs}
-        if precision in Precision.REDUCED and not all(
-            marks_honoured(models[graph], ir.marked.get(graph, [])) for graph in models
-        ):
+        requested = self.inference_type(precision)
+        if requested != "f32" and not all(marks_honoured(models[graph], ir.marked.get(graph, [])) for graph in models):
             raise UnavailableError(
                 f"OpenVINO {ov.__version__} does not read the IR's keep-f32 marks (DisablePrecisionConversion): "
                 f"its {precision} would round the time embedding and RoPE angles and fail the correctness gate; "
                 "use fp32 or OpenVINO >= 2025"
             )
         compiled = {graph: self.core.compile_model(model, self.target, config) for graph, model in models.items()}
-        requested = ELEMENT_TYPES[precision]
         effective = sorted({name for model in compiled.values() if (name := self._precision(model))})
         if effective and effective != [requested]:
             raise UnavailableError(
@@ -270,13 +269,26 @@ class OpenVinoBackend(Backend):
             self.profile_nodes,
         )
 
+    def inference_type(self, precision: str) -> str:
+        """OpenVINO's inference precision for a run precision. Between the quantized ops of an int8 graph: bf16
+        where every device of the target computes it natively (OpenVINO's own default on such CPUs), else f32; the
+        keep-f32 marks hold either way. int4 stays f32: OpenVINO 2025's CPU plugin fails to compile NNCF's int4
+        groups at bf16 (TransposeToReshape on pi0-tiny's action_in_proj)."""
+        if precision in ELEMENT_TYPES:
+            return ELEMENT_TYPES[precision]
+        if precision == "int4":
+            return "f32"
+        native = all("BF16" in self.core.get_property(name, "OPTIMIZATION_CAPABILITIES") for name in self.hardware())
+        return "bf16" if native else "f32"
+
     def _config(self, precision: str, ir: IrModel) -> dict[str, Any]:
-        """Compile settings; compiled blobs are cached per IR and precision (``compile_cache``)."""
+        """Compile settings; compiled blobs are cached per IR and inference precision (``compile_cache``)."""
         ov = _openvino()
+        element = self.inference_type(precision)
         config: dict[str, Any] = {
-            "INFERENCE_PRECISION_HINT": getattr(ov.Type, ELEMENT_TYPES[precision]),
+            "INFERENCE_PRECISION_HINT": getattr(ov.Type, element),
             "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
-            "CACHE_DIR": str(compile_cache(ir, precision)),
+            "CACHE_DIR": str(compile_cache(ir, f"{precision}-{element}")),
             "PERF_COUNT": self.profile_nodes,
         }
         supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
