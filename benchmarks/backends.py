@@ -9,11 +9,12 @@ The variants are every (backend, precision) a backend declares on the CPU (torch
 Inductor's CPU inference settings, ONNX Runtime, OpenVINO; fp32, bf16, fp16, int8, int4 as each supports them); one
 the CPU does not run natively (bf16 without AVX512-BF16/AMX, int8 without VNNI/AMX) or a backend unavailable here is
 listed as skipped with the reason. The variants run interleaved in one child process when they fit in memory
-together, else one after another, each in a child of its own; a variant that crashes is named and the others are
-still reported. GEMM peak and memory bandwidth are measured first (the roofline floor uses them). Targets checked
-(issue 19): on a CPU with AMX the best variant within the gate >= 4.5x eager fp32 end to end and the action expert at
->= 60% of its roofline floor; on a CPU without native bf16, >= 2x through int8. Wrap with ``benchmarks/capture.py``
-(``--json-out``) for a committed artifact with its provenance sidecar.
+together, else in groups that do, each led by eager torch fp32 (a speed-up is always over the eager fp32 timed in
+the same process, interleaved with it); a variant that crashes is named and the others are still reported. GEMM peak
+and memory bandwidth are measured first (the roofline floor uses them). Targets checked (issue 19): on a CPU with
+AMX the best variant within the gate >= 4.5x eager fp32 end to end and the action expert at >= 60% of its roofline
+floor; on a CPU without native bf16, >= 2x through int8. Wrap with ``benchmarks/capture.py`` (``--json-out``) for a
+committed artifact with its provenance sidecar.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlabench.backends import BACKENDS
-from vlabench.commands.isolation import Outcome, execute_runs
+from vlabench.commands.isolation import execute_runs
 from vlabench.commands.precision_auto import CPU_FLAGS, native_reason
 from vlabench.commands.run import RunPlan, check_fit_together, check_paths, plan_run
 from vlabench.config import RunConfig
@@ -75,8 +76,39 @@ def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[s
     return chosen, skipped
 
 
-def run_variants(configs: list[RunConfig]) -> tuple[Outcome, list[str]]:
-    """Plan every variant (refusals become skips), then run them interleaved in one child, or one by one."""
+def fitting_groups(plans: list[RunPlan]) -> list[list[RunPlan]]:
+    """All the plans in one group when they fit in memory together; else groups that do, each led by the baseline
+    (the first plan), so every variant is timed interleaved with eager fp32 in one process and its speed-up does
+    not drift with the machine. A variant that does not fit beside the baseline runs alone."""
+    try:
+        check_fit_together(plans)
+        return [plans]
+    except InsufficientMemoryError:
+        pass
+    baseline, groups, current = plans[0], [], [plans[0]]
+    for plan in plans[1:]:
+        try:
+            check_fit_together([*current, plan])
+            current.append(plan)
+            continue
+        except InsufficientMemoryError:
+            pass
+        if len(current) > 1:
+            groups.append(current)
+        try:
+            check_fit_together([baseline, plan])
+            current = [baseline, plan]
+        except InsufficientMemoryError:
+            groups.append([plan])
+            current = [baseline]
+    if len(current) > 1:
+        groups.append(current)
+    return groups
+
+
+def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[str], list[str]]:
+    """Plan every variant (refusals become skips), then run each group of ``fitting_groups`` interleaved in a child
+    of its own: the results per group, the skipped variants and the crashed ones (named, with their signal)."""
     plans: list[RunPlan] = []
     skipped = []
     for config in configs:
@@ -84,19 +116,18 @@ def run_variants(configs: list[RunConfig]) -> tuple[Outcome, list[str]]:
             plans.append(plan_run(config))
         except VlabenchError as exc:
             skipped.append(f"{config.backend} {config.precision}: {exc}")
-    if not plans:
-        return Outcome([]), skipped
-    try:
-        check_fit_together(plans)
-        return execute_runs(plans, announce=console.print, isolate=True), skipped
-    except InsufficientMemoryError as exc:
-        console.print(f"[yellow]the variants do not fit in memory together ({exc}); running them one by one[/]")
-    outcome = Outcome([])
-    for plan in plans:
-        alone = execute_runs([plan], announce=console.print, isolate=True)
-        outcome.results.extend(alone.results)
-        outcome.crashes.extend(alone.crashes)
-    return outcome, skipped
+    groups = fitting_groups(plans) if plans else []
+    if len(groups) > 1:
+        console.print(
+            f"[yellow]the variants do not fit in memory together: {len(groups)} groups, each timed interleaved "
+            "with eager torch fp32[/]"
+        )
+    results, crashed = [], []
+    for group in groups:
+        outcome = execute_runs(group, announce=console.print, isolate=True)
+        results.append(outcome.results)
+        crashed += [crash.message for crash in outcome.crashes]
+    return results, skipped, crashed
 
 
 def expert_share(result: RunResult) -> float | None:
@@ -107,28 +138,40 @@ def expert_share(result: RunResult) -> float | None:
     return phase.share_of_attainable if phase else None
 
 
-def rows(results: list[RunResult]) -> list[dict]:
-    """One record per variant: phase p50s, speed-up over eager fp32, expert share of floor, action error."""
-    eager = next((r for r in results if r.backend == "torch" and r.precision == "fp32"), None)
-    base = eager.timing.phases["e2e"].p50 if eager else None
+def is_baseline(result: RunResult) -> bool:
+    return result.backend == "torch" and result.precision == "fp32"
+
+
+def rows(groups: list[list[RunResult]]) -> list[dict]:
+    """One record per variant: phase p50s, speed-up over the eager fp32 timed in its own group (the first group's
+    when its group has none), expert share of floor, action error. Eager fp32 itself is reported once."""
+    everything = [r for group in groups for r in group]
+    first = next((r for r in everything if is_baseline(r)), None)
     records = []
-    for r in results:
-        e2e = r.timing.phases["e2e"].p50
-        records.append(
-            {
-                "variant": f"{r.backend} {r.precision}",
-                "backend": r.backend,
-                "precision": r.precision,
-                "p50_ms": {phase: r.timing.phases[phase].p50 for phase in PHASES if phase in r.timing.phases},
-                "speedup_vs_torch_fp32": base / e2e if base else None,
-                "expert_share_of_floor": expert_share(r),
-                "relative_action_error": r.correctness.relative_error if r.correctness else 0.0,
-                "valid": r.valid,
-                "compile_s": r.backend_details.get("compile_total_s"),
-                "run_id": r.run_id,
-            }
-        )
+    for group in groups:
+        eager = next((r for r in group if is_baseline(r)), first)
+        for r in group:
+            if is_baseline(r) and records and r is not first:
+                continue
+            records.append(record(r, eager.timing.phases["e2e"].p50 if eager else None))
     return records
+
+
+def record(r: RunResult, base: float | None) -> dict:
+    e2e = r.timing.phases["e2e"].p50
+    return {
+        "variant": f"{r.backend} {r.precision}",
+        "backend": r.backend,
+        "precision": r.precision,
+        "p50_ms": {phase: r.timing.phases[phase].p50 for phase in PHASES if phase in r.timing.phases},
+        "speedup_vs_torch_fp32": base / e2e if base else None,
+        "expert_share_of_floor": expert_share(r),
+        "relative_action_error": r.correctness.relative_error if r.correctness else 0.0,
+        "valid": r.valid,
+        "compile_s": r.backend_details.get("compile_total_s"),
+        "run_id": r.run_id,
+        "baseline_e2e_ms": base,
+    }
 
 
 def show(records: list[dict]) -> None:
@@ -200,20 +243,21 @@ def main() -> None:
         out=args.out,
     )
     check_paths(base)
-    configs = [base.model_copy(update={"backend": name, "precision": precision}) for name, precision in chosen]
-    if ("torch", "fp32") not in chosen:
-        configs.insert(0, base.model_copy(update={"backend": "torch", "precision": "fp32"}))  # the baseline
-    outcome, refused = run_variants(configs)
+    baseline = base.model_copy(update={"backend": "torch", "precision": "fp32"})
+    others = [(name, precision) for name, precision in chosen if (name, precision) != ("torch", "fp32")]
+    configs = [baseline, *(base.model_copy(update={"backend": n, "precision": p}) for n, p in others)]
+    groups, refused, crashed = run_variants(configs)
     skipped += refused
-    for result in outcome.results:
+    results = [result for group in groups for result in group]
+    for result in results:
         write_result(result, args.out)
-    records = rows(outcome.results)
+    records = rows(groups)
     if records:
         show(records)
     for reason in skipped:
         console.print(f"  skipped {reason}")
-    for crash in outcome.crashes:
-        console.print(f"  [red]crashed[/] {crash.message}")
+    for message in crashed:
+        console.print(f"  [red]crashed[/] {message}")
     checked = verdict(records, kind)
     if checked["checked"]:
         met = "meets" if checked["speedup_met"] else "misses"
@@ -226,12 +270,13 @@ def main() -> None:
         artifact = {
             "kind": "backends-benchmark",
             "model": args.model,
-            "workload": outcome.results[0].workload.model_dump(mode="json") if outcome.results else None,
+            "workload": results[0].workload.model_dump(mode="json") if results else None,
             "threads": args.threads,
             "cpu": {"model": read_cpu_model(), "class": kind, "flags": [f for f in FLAGS_SHOWN if f in flags]},
             "variants": records,
             "skipped": skipped,
-            "crashed": [crash.message for crash in outcome.crashes],
+            "crashed": crashed,
+            "groups": [[f"{r.backend} {r.precision}" for r in group] for group in groups],
             "targets": checked,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,247 @@
+"""Where the action expert's time goes at batch 1 on this CPU: one denoising step, by operator class, against the
+roofline operator table (issue 19, section 3).
+
+    python benchmarks/expert_profile.py [--model smolvla] [--cameras 3] [--threads 2] [--profiled-steps 20]
+                                        [--variants torch:fp32 torch:bf16 openvino:bf16 openvino:int8 ...]
+                                        [--json-out FILE]
+
+For each variant the step is first timed without a profiler (p50 over ``--timed-steps``), then profiled with the
+runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with their children) or OpenVINO's
+``PERF_COUNT`` (per executed node). Each op lands in one class:
+
+- ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, OpenVINO
+  ``FullyConnected``); their floor is the roofline's for every operator but ``attention``;
+- ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``,
+  OpenVINO's ``ScaledDotProductAttention`` / activation ``MatMul`` / ``Softmax``); floor: the ``attention`` rows;
+- ``K/V expansion (GQA)``: ``repeat_interleave`` of the cached keys and values to the query heads (torch);
+- ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert``;
+- ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor);
+- ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost).
+
+The floors use the GEMM peak and bandwidth measured here at the variant's precision (``kernels.ceilings``). Wrap
+with ``benchmarks/capture.py`` for a committed artifact with its provenance sidecar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from time import perf_counter_ns
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from vlabench.analysis.roofline import analyze, ceilings_for
+from vlabench.backends import BACKENDS, BackendOptions
+from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
+from vlabench.hardware.devices import resolve_device
+from vlabench.kernels.ceilings import measure_ceilings
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.vocab import Precision
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backends import FLAGS_SHOWN, cpu_class
+
+console = Console(width=160)
+CPU = torch.device("cpu")
+CLASSES = (
+    "weight matmuls",
+    "attention",
+    "K/V expansion (GQA)",
+    "layout and precision conversions",
+    "norms, activations, RoPE, residuals",
+    "outside the ops",
+)
+TORCH_CLASS = {
+    "aten::linear": "weight matmuls",
+    "aten::_weight_int4pack_mm_for_cpu": "weight matmuls",
+    "aten::_int_mm": "weight matmuls",
+    "aten::scaled_dot_product_attention": "attention",
+    "aten::repeat_interleave": "K/V expansion (GQA)",
+}
+OPENVINO_CLASS = {
+    "FullyConnected": "weight matmuls",
+    "ScaledDotProductAttention": "attention",
+    "MatMul": "attention",  # the CPU plugin turns every weight MatMul into FullyConnected
+    "Softmax": "attention",
+    "Reorder": "layout and precision conversions",
+    "Convert": "layout and precision conversions",
+}
+FLOOR_CLASS = {"attention": "attention"}  # roofline operator name -> class; every other operator: weight matmuls
+
+
+def torch_class(name: str) -> str:
+    if name in TORCH_CLASS:
+        return TORCH_CLASS[name]
+    if "quantize" in name or "int8" in name or "_mm" in name:
+        return "weight matmuls"
+    return "norms, activations, RoPE, residuals"
+
+
+def step_inputs(policy, spec, workload, precision: str, seed: int):
+    dtype = Precision.dtype(precision)
+    obs = synthetic_observation(spec, workload, seed, dtype, CPU)
+    with torch.inference_mode():
+        cache = policy.prefix(obs)
+    x_t = initial_noise(workload, seed, dtype, CPU)
+    t = torch.full((workload.batch,), 0.5, dtype=dtype)
+    return x_t, t, cache
+
+
+def timed_steps(policy, x_t, t, cache, count: int) -> list[float]:
+    """Milliseconds per denoising step, no profiler attached."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(count):
+            begin = perf_counter_ns()
+            policy.denoise_step(x_t, t, cache)
+            policy.synchronize()
+            times.append((perf_counter_ns() - begin) / 1e6)
+    return times
+
+
+def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], float]:
+    """Per class, milliseconds per step of the top-level aten ops (children included); and the profiled wall."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        begin = perf_counter_ns()
+        for _ in range(count):
+            policy.denoise_step(x_t, t, cache)
+        wall_ms = (perf_counter_ns() - begin) / 1e6
+    classes: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.cpu_parent is None and event.name.startswith("aten::"):
+            classes[torch_class(event.name)] += event.cpu_time_total / 1e3
+    return classes, wall_ms
+
+
+def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict[str, float], float]:
+    """Per class, milliseconds per step of the runtime's own node timings for ``graph``; and the profiled wall."""
+    policy.node_events()  # drop what the prefix and the timed steps recorded
+    with torch.inference_mode():
+        begin = perf_counter_ns()
+        for _ in range(count):
+            policy.denoise_step(x_t, t, cache)
+        wall_ms = (perf_counter_ns() - begin) / 1e6
+    classes: dict[str, float] = defaultdict(float)
+    for event in policy.node_events():
+        if event.graph == graph:
+            kind = OPENVINO_CLASS.get(event.op_type, "norms, activations, RoPE, residuals")
+            classes[kind] += (event.end_ns - event.start_ns) / 1e6
+    return classes, wall_ms
+
+
+def floors(spec, workload, precision: str, step_ms: float) -> dict[str, float | None]:
+    """Per class, the roofline floor of one denoising step on the ceilings measured here (ms)."""
+    profile = resolve_device("cpu").profile
+    ceilings = ceilings_for(profile, precision, measure_ceilings(CPU, (precision,)))
+    measured = [c for c in ceilings if c.source == "measured"]
+    report = analyze(spec, workload, precision, profile.name, measured, {"denoise_step": step_ms}, top_operators=10_000)
+    found: dict[str, float | None] = defaultdict(float)
+    for op in (o for o in report.operators if o.phase == "denoise_step"):
+        kind = FLOOR_CLASS.get(op.name, "weight matmuls")
+        found[kind] = None if op.floor_ms is None or found[kind] is None else found[kind] + op.floor_ms
+    step = next(p for p in report.phases if p.phase == "denoise_step")
+    found["step"] = step.share_of_attainable * step_ms if step.share_of_attainable else None
+    return dict(found)
+
+
+def profile_variant(name: str, precision: str, args, spec, workload) -> dict:
+    backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino"))
+    policy = backend.prepare(spec, workload, CPU, precision, args.seed)
+    x_t, t, cache = step_inputs(policy, spec, workload, precision, args.seed)
+    timed_steps(policy, x_t, t, cache, 3)  # warm-up
+    step_ms = statistics.median(timed_steps(policy, x_t, t, cache, args.timed_steps))
+    if name == "openvino":
+        classes, wall = profile_runtime(policy, x_t, t, cache, args.profiled_steps, "denoise")
+    else:
+        classes, wall = profile_torch(policy, x_t, t, cache, args.profiled_steps)
+    per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}
+    per_step["outside the ops"] = max(wall / args.profiled_steps - sum(per_step.values()), 0.0)
+    floor = floors(spec, workload, precision, step_ms)
+    return {
+        "variant": f"{name} {precision}",
+        "step_p50_ms": step_ms,
+        "profiled_step_ms": wall / args.profiled_steps,
+        "step_floor_ms": floor.get("step"),
+        "classes": {kind: {"ms": per_step.get(kind, 0.0), "floor_ms": floor.get(kind)} for kind in CLASSES},
+        "profiler": "OpenVINO PERF_COUNT" if name == "openvino" else "torch.profiler (CPU)",
+    }
+
+
+def show(records: list[dict]) -> None:
+    for rec in records:
+        floor = rec["step_floor_ms"]
+        title = (
+            f"{rec['variant']}: one denoising step {rec['step_p50_ms']:.1f} ms p50 (profiled "
+            f"{rec['profiled_step_ms']:.1f} ms)"
+            + (f", roofline floor {floor:.1f} ms = {floor / rec['step_p50_ms']:.0%}" if floor else "")
+        )
+        table = Table(title=title)
+        for column in ("class", "ms per step", "share of profiled step", "floor ms", "floor / measured"):
+            table.add_column(column, justify="left" if column == "class" else "right")
+        for kind, entry in rec["classes"].items():
+            share = entry["ms"] / rec["profiled_step_ms"]
+            floor_ms = entry["floor_ms"]
+            table.add_row(
+                kind,
+                f"{entry['ms']:.2f}",
+                f"{share:.0%}",
+                f"{floor_ms:.2f}" if floor_ms else "—",
+                f"{floor_ms / entry['ms']:.0%}" if floor_ms and entry["ms"] else "—",
+            )
+        console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smolvla")
+    parser.add_argument("--cameras", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", nargs="+", default=["torch:fp32", "torch:bf16", "openvino:bf16"])
+    parser.add_argument("--timed-steps", type=int, default=20)
+    parser.add_argument("--profiled-steps", type=int, default=10)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    flags = read_cpu_flags()
+    console.print(
+        f"CPU: {read_cpu_model()} ({cpu_class(flags)}); flags: {' '.join(f for f in FLAGS_SHOWN if f in flags)}"
+    )
+    console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    spec = load_model_spec(args.model)
+    workload = Workload.from_spec(spec, args.cameras)
+    records = []
+    for variant in args.variants:
+        name, precision = variant.split(":")
+        records.append(profile_variant(name, precision, args, spec, workload))
+    show(records)
+    console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.json_out:
+        artifact = {
+            "kind": "expert-profile",
+            "model": args.model,
+            "workload": workload.model_dump(mode="json"),
+            "threads": args.threads,
+            "cpu": {
+                "model": read_cpu_model(),
+                "class": cpu_class(flags),
+                "flags": [f for f in FLAGS_SHOWN if f in flags],
+            },
+            "variants": records,
+        }
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(artifact, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The benchmark scripts' own logic: the backends benchmark's CPU classes and target verdicts, and the expert
+profile's operator classes, checked on a tiny model with real profilers."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load(name: str):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+backends = load("backends")
+expert_profile = load("expert_profile")
+
+
+def record(variant: str, speedup: float, valid: bool, share: float | None = None) -> dict:
+    return {"variant": variant, "speedup_vs_torch_fp32": speedup, "valid": valid, "expert_share_of_floor": share}
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [({"amx_bf16", "avx512_bf16"}, "amx"), ({"avx512_bf16"}, "avx512-bf16"), ({"avx2"}, "no-native-bf16")],
+)
+def test_cpu_class_follows_the_native_bf16_flags(flags, kind):
+    assert backends.cpu_class(flags) == kind
+
+
+def test_the_verdict_takes_the_fastest_variant_that_passes_the_gate():
+    records = [
+        record("torch fp32", 1.0, True, 0.3),
+        record("openvino int8", 5.0, False, 0.9),  # fastest, but outside the gate: never the best
+        record("openvino bf16", 4.6, True, 0.5),
+    ]
+    verdict = backends.verdict(records, "amx")
+    assert verdict["best_variant"] == "openvino bf16" and verdict["speedup_met"]
+    assert verdict["expert_share_of_floor"] == 0.5 and not verdict["expert_share_met"]
+    assert not backends.verdict(records[:1], "no-native-bf16")["speedup_met"]
+    assert backends.verdict([record("torch fp32", 1.0, False)], "amx")["checked"] is False
+
+
+@pytest.mark.parametrize(
+    ("op", "kind"),
+    [
+        ("aten::linear", "weight matmuls"),
+        ("aten::_weight_int4pack_mm_for_cpu", "weight matmuls"),
+        ("aten::scaled_dot_product_attention", "attention"),
+        ("aten::repeat_interleave", "K/V expansion (GQA)"),
+        ("aten::add", "norms, activations, RoPE, residuals"),
+    ],
+)
+def test_torch_ops_land_in_their_class(op, kind):
+    assert expert_profile.torch_class(op) == kind
+
+
+def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
+    torch.set_num_threads(1)
+    args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
+    spec = load_model_spec("smolvla-tiny")
+    found = expert_profile.profile_variant("torch", "fp32", args, spec, Workload.from_spec(spec))
+    classes = found["classes"]
+    assert set(classes) == set(expert_profile.CLASSES)
+    assert classes["weight matmuls"]["ms"] > 0 and classes["attention"]["ms"] > 0
+    assert sum(entry["ms"] for entry in classes.values()) == pytest.approx(found["profiled_step_ms"], rel=1e-6)
+    assert classes["weight matmuls"]["floor_ms"] > 0 and 0 < found["step_floor_ms"] < found["step_p50_ms"]
+
+
+class FakePlan:
+    """A plan with a footprint: only what ``check_fit_together`` reads."""
+
+    def __init__(self, name: str, gib: float) -> None:
+        from vlabench.analysis.memory import estimate_footprint
+
+        spec = load_model_spec("smolvla-tiny")
+        self.name, self.spec, self.precision = name, spec, "fp32"
+        footprint = estimate_footprint(spec, Workload.from_spec(spec), "fp32", "torch", 10)
+        self.footprint = footprint.model_copy(update={"total_bytes": int(gib * 2**30)})
+        self.device = argparse.Namespace(torch_device=torch.device("cpu"))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_variants_that_do_not_fit_together_run_in_groups_each_led_by_the_baseline(monkeypatch):
+    from vlabench.analysis import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10 * 2**30)
+    plans = [FakePlan("eager", 2), FakePlan("a", 3), FakePlan("b", 3), FakePlan("c", 3), FakePlan("huge", 9)]
+    groups = backends.fitting_groups(plans)
+    assert [[p.name for p in group] for group in groups] == [["eager", "a", "b"], ["eager", "c"], ["huge"]]
+    assert backends.fitting_groups(plans[:3]) == [plans[:3]]  # fits whole: one group
