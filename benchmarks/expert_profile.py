@@ -11,10 +11,11 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
 
 - ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, OpenVINO
   ``FullyConnected``); their floor is the roofline's for every operator but ``attention``;
-- ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``,
-  OpenVINO's ``ScaledDotProductAttention`` / activation ``MatMul`` / ``Softmax``); floor: the ``attention`` rows;
-- ``K/V expansion (GQA)``: ``repeat_interleave`` of the cached keys and values to the query heads (torch);
-- ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert``;
+- ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``;
+  OpenVINO fuses them into a ``Subgraph`` of four-dimensional inputs); floor: the ``attention`` rows;
+- ``K/V expansion (GQA)``: ``repeat_interleave`` of the cached keys and values to the query heads (OpenVINO:
+  ``Tile``);
+- ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert`` / ``Transpose``;
 - ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor);
 - ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost).
 
@@ -71,8 +72,10 @@ OPENVINO_CLASS = {
     "ScaledDotProductAttention": "attention",
     "MatMul": "attention",  # the CPU plugin turns every weight MatMul into FullyConnected
     "Softmax": "attention",
+    "Tile": "K/V expansion (GQA)",
     "Reorder": "layout and precision conversions",
     "Convert": "layout and precision conversions",
+    "Transpose": "layout and precision conversions",
 }
 FLOOR_CLASS = {"attention": "attention"}  # roofline operator name -> class; every other operator: weight matmuls
 
@@ -123,19 +126,39 @@ def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], 
     return classes, wall_ms
 
 
+def openvino_class(op_type: str, name: str, fused_attention: set[str]) -> str:
+    """The class of an executed OpenVINO node; ``fused_attention``: the ``Subgraph`` nodes into which the CPU
+    plugin fused an attention (MatMul, Softmax, MatMul), named after whichever op came first."""
+    if op_type == "Subgraph" and name in fused_attention:
+        return "attention"
+    return OPENVINO_CLASS.get(op_type, "norms, activations, RoPE, residuals")
+
+
+def fused_attention_nodes(policy, graph: str) -> set[str]:
+    """The compiled graph's ``Subgraph`` nodes that take queries, keys, a mask and values: four-dimensional
+    (batch, heads, tokens, width) inputs, three or more of them."""
+    runtime = policy.requests[graph].get_compiled_model().get_runtime_model()
+    found = set()
+    for op in runtime.get_ops():
+        ranks = [op.get_input_partial_shape(i).rank.get_length() for i in range(op.get_input_size())]
+        if op.get_rt_info()["layerType"].astype(str) == "Subgraph" and len(ranks) >= 3 and set(ranks) == {4}:
+            found.add(op.get_friendly_name())
+    return found
+
+
 def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict[str, float], float]:
     """Per class, milliseconds per step of the runtime's own node timings for ``graph``; and the profiled wall."""
-    policy.node_events()  # drop what the prefix and the timed steps recorded
+    recorded_before = len(policy.node_events())  # the prefix and the timed steps were recorded too
     with torch.inference_mode():
         begin = perf_counter_ns()
         for _ in range(count):
             policy.denoise_step(x_t, t, cache)
         wall_ms = (perf_counter_ns() - begin) / 1e6
     classes: dict[str, float] = defaultdict(float)
-    for event in policy.node_events():
+    attention = fused_attention_nodes(policy, graph)
+    for event in policy.node_events()[recorded_before:]:
         if event.graph == graph:
-            kind = OPENVINO_CLASS.get(event.op_type, "norms, activations, RoPE, residuals")
-            classes[kind] += (event.end_ns - event.start_ns) / 1e6
+            classes[openvino_class(event.op_type, event.name, attention)] += (event.end_ns - event.start_ns) / 1e6
     return classes, wall_ms
 
 

@@ -21,6 +21,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -607,6 +608,121 @@ def render_gate_example(root: Path) -> str:
     )
 
 
+BACKEND_PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
+
+
+def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
+    """``benchmarks/backends.py``: every variant's phases, speed-up over eager fp32, expert share, error, gate; with
+    the issue's targets only where the workload is theirs (full-size SmolVLA)."""
+    doc, meta = load(root, artifact)
+    work, cpu, targets = doc["workload"], doc["cpu"], doc["targets"]
+    records = sorted(doc["variants"], key=lambda r: r["p50_ms"]["e2e"])
+    rows = [
+        [
+            r["variant"],
+            *(ms(r["p50_ms"].get(phase)) for phase in BACKEND_PHASES),
+            ratio(r["speedup_vs_torch_fp32"]) if r["speedup_vs_torch_fp32"] else "—",
+            pct(r["expert_share_of_floor"]),
+            "reference" if r["variant"] == "torch fp32" else f"{r['relative_action_error']:.2e}",
+            "pass" if r["valid"] else "FAIL",
+        ]
+        for r in records
+    ]
+    lines = [
+        f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens), {work['steps']} "
+        f"denoising steps, chunk {work['chunk']}, {doc['threads']} threads; CPU class `{cpu['class']}` "
+        f"({', '.join(cpu['flags'])}). Per-phase p50 in ms:",
+        "",
+        table(
+            [
+                "variant",
+                *(PHASE_LABELS[p] for p in BACKEND_PHASES),
+                "× eager fp32",
+                "expert % of floor",
+                "action error",
+                "gate",
+            ],
+            rows,
+            "l" + "r" * (len(BACKEND_PHASES) + 3) + "l",
+        ),
+        "",
+    ]
+    if with_targets and targets.get("checked"):
+        share = targets.get("expert_share_of_floor")
+        lines.append(
+            f"Best variant within the gate: **{targets['best_variant']}**, {ratio(targets['best_speedup'])} eager "
+            f"fp32 end to end ({'meets' if targets['speedup_met'] else 'misses'} the "
+            f"{ratio(targets['speedup_target'])} target for this CPU class)"
+            + (
+                f"; its action expert at {pct(share)} of its roofline floor "
+                f"({'meets' if targets.get('expert_share_met') else 'misses'} the "
+                f"{pct(targets['expert_share_target'])} target)."
+                if "expert_share_target" in targets
+                else "."
+            )
+        )
+    for label, entries in (("Skipped", doc["skipped"]), ("Crashed", doc["crashed"])):
+        if entries:
+            lines += ["", f"{label}: {'; '.join(entries)}."]
+    lines += ["", provenance(meta)]
+    return "\n".join(lines)
+
+
+def render_backends_summary(root: Path) -> str:
+    """The README's short form of the backends benchmark: end to end, speed-up, action error, gate."""
+    doc, meta = load(root, f"{RESULTS}/backends-smolvla-cpu.json")
+    rows = [
+        [
+            r["variant"],
+            ms(r["p50_ms"]["e2e"]),
+            ratio(r["speedup_vs_torch_fp32"]) if r["speedup_vs_torch_fp32"] else "—",
+            "reference" if r["variant"] == "torch fp32" else f"{r['relative_action_error']:.2e}",
+            "pass" if r["valid"] else "FAIL",
+        ]
+        for r in sorted(doc["variants"], key=lambda r: r["p50_ms"]["e2e"])
+    ]
+    header = ["variant", "end-to-end p50 ms", "× eager fp32", "action error", "gate"]
+    return "\n".join([table(header, rows, "lrrrl"), "", provenance(meta)])
+
+
+def render_expert_profile(root: Path) -> str:
+    """``benchmarks/expert_profile.py``: one denoising step by operator class against its roofline floor."""
+    doc, meta = load(root, f"{RESULTS}/expert-profile-smolvla-cpu.json")
+    work = doc["workload"]
+    lines = [
+        f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens, {work['suffix_tokens']} "
+        f"action tokens), {doc['threads']} threads, CPU class `{doc['cpu']['class']}`:",
+        "",
+    ]
+    rows = []
+    for rec in doc["variants"]:
+        floor = rec["step_floor_ms"]
+        rows.append(
+            [
+                f"**{rec['variant']}**",
+                f"step p50 {ms(rec['step_p50_ms'])} (profiled {ms(rec['profiled_step_ms'])})",
+                "",
+                ms(floor),
+                pct(floor / rec["step_p50_ms"]) if floor else "—",
+            ]
+        )
+        for kind, entry in rec["classes"].items():
+            share = entry["ms"] / rec["profiled_step_ms"]
+            floor_ms = entry["floor_ms"]
+            rows.append(
+                [
+                    "",
+                    kind,
+                    f"{ms(entry['ms'])} ({pct(share)})",
+                    ms(floor_ms) if floor_ms else "—",
+                    pct(floor_ms / entry["ms"]) if floor_ms and entry["ms"] else "—",
+                ]
+            )
+    header = ["variant", "operator class", "ms per step (share)", "roofline floor ms", "floor / measured"]
+    lines += [table(header, rows, "llrrr"), "", provenance(meta)]
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Block:
     artifacts: tuple[str, ...]
@@ -624,6 +740,13 @@ BLOCKS: dict[str, Block] = {
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
 }
+BLOCKS["expert-profile"] = Block((f"{RESULTS}/expert-profile-smolvla-cpu.json",), render_expert_profile)
+BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
+for _name in ("smolvla", "smolvla-tiny", "pi0-tiny"):
+    _artifact = f"{RESULTS}/backends-{_name}-cpu.json"
+    BLOCKS[f"backends-{_name}"] = Block(
+        (_artifact,), partial(render_backends, artifact=_artifact, with_targets=_name == "smolvla")
+    )
 BLOCKS["artifacts"] = Block(tuple(a for block in BLOCKS.values() for a in block.artifacts), render_artifacts)
 
 

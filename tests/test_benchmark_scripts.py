@@ -107,3 +107,28 @@ def test_variants_that_do_not_fit_together_run_in_groups_each_led_by_the_baselin
     groups = backends.fitting_groups(plans)
     assert [[p.name for p in group] for group in groups] == [["eager", "a", "b"], ["eager", "c"], ["huge"]]
     assert backends.fitting_groups(plans[:3]) == [plans[:3]]  # fits whole: one group
+
+
+@pytest.mark.parametrize(
+    ("op_type", "name", "kind"),
+    [
+        ("FullyConnected", "/layers.0/mlp/up_proj/MatMul", "weight matmuls"),
+        ("Subgraph", "/layers.1/MatMul_1", "attention"),  # the CPU plugin's fused attention
+        ("Subgraph", "/layers.1/Add_2", "norms, activations, RoPE, residuals"),
+        ("Tile", "/layers.2/Tile", "K/V expansion (GQA)"),
+        ("Transpose", "/layers.2/Transpose_3", "layout and precision conversions"),
+    ],
+)
+def test_openvino_nodes_land_in_their_class(op_type, name, kind):
+    assert expert_profile.openvino_class(op_type, name, {"/layers.1/MatMul_1"}) == kind
+
+
+def test_an_openvino_step_counts_only_the_profiled_steps():
+    pytest.importorskip("openvino")
+    torch.set_num_threads(1)
+    args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
+    spec = load_model_spec("smolvla-tiny")
+    found = expert_profile.profile_variant("openvino", "fp32", args, spec, Workload.from_spec(spec))
+    measured = sum(entry["ms"] for kind, entry in found["classes"].items() if kind != "outside the ops")
+    assert 0 < measured <= found["profiled_step_ms"]  # the prefix and the timed steps are not counted again
+    assert found["classes"]["attention"]["ms"] > 0 and found["classes"]["weight matmuls"]["ms"] > 0
