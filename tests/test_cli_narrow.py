@@ -99,7 +99,7 @@ def test_multi_backend_run_prints_every_verdict(multi_backend_run):
 
 def test_rank_keeps_model_device_and_backend_whole(multi_backend_run):
     _, out = multi_backend_run
-    text = invoke("rank", str(out))
+    text = invoke("rank", str(out), "--control-hz", "1000")  # every run misses: the reason column is filled
     results = [json.loads(path.read_text()) for path in out.glob("*.json")]
     assert len(results) == len(BACKENDS)
     for result in results:

@@ -75,7 +75,13 @@ class FittedTable:
         for column in shown:
             key = column in self.keys
             justify = "right" if column in self.numeric else "left"
-            built.add_column(column, justify=justify, no_wrap=key, min_width=self.needed(column) if key else None)
+            built.add_column(
+                column,
+                justify=justify,
+                no_wrap=key,
+                min_width=self.needed(column) if key else None,
+                overflow="ellipsis" if key else "fold",  # a long word in a reason is folded, never cut
+            )
         for row in self.rows:
             built.add_row(*(row[self.columns.index(column)] for column in shown))
         return built
