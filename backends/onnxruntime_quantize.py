@@ -51,7 +51,7 @@ SCHEMES = {
 }
 PRECISION_OF = {"dynamic": "int8", "qdq": "int8", "matmul-nbits": "int4"}
 DEFAULT_SCHEME = {"int8": "dynamic", "int4": "matmul-nbits"}
-INT8_SCHEMES = ("dynamic", "qdq")  # the default first
+INT8_SCHEMES = tuple(name for name, bits in PRECISION_OF.items() if bits == "int8")  # the default (first) first
 LARGE_GRAPH_BYTES = 1 << 30  # above this, quantized weights go to external data (protobuf's 2 GB limit)
 
 

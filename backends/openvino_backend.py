@@ -39,7 +39,7 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
-"""Float run precision -> OpenVINO inference precision (quantized graphs: ``between_quantized``)."""
+"""Float run precision -> OpenVINO inference precision (quantized graphs: ``OpenVinoBackend.inference_type``)."""
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
 
 

@@ -40,6 +40,7 @@ from vlabench.vocab import Precision
 
 console = Console(width=180)
 CPU_BACKENDS = ("torch", "torch-compile", "onnxruntime", "openvino", "tensorrt")
+BASELINE = ("torch", "fp32")  # eager torch fp32: every speed-up is over it
 PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
 FLAGS_SHOWN = sorted({"avx2", "avx512f", "amx_tile", *(flag for flags in CPU_FLAGS.values() for flag in flags)})
 TARGETS = {"amx": (4.5, 0.60), "no-native-bf16": (2.0, None)}
@@ -139,7 +140,7 @@ def expert_share(result: RunResult) -> float | None:
 
 
 def is_baseline(result: RunResult) -> bool:
-    return result.backend == "torch" and result.precision == "fp32"
+    return (result.backend, result.precision) == BASELINE
 
 
 def rows(groups: list[list[RunResult]]) -> list[dict]:
@@ -243,9 +244,8 @@ def main() -> None:
         out=args.out,
     )
     check_paths(base)
-    baseline = base.model_copy(update={"backend": "torch", "precision": "fp32"})
-    others = [(name, precision) for name, precision in chosen if (name, precision) != ("torch", "fp32")]
-    configs = [baseline, *(base.model_copy(update={"backend": n, "precision": p}) for n, p in others)]
+    pairs = [BASELINE, *(pair for pair in chosen if pair != BASELINE)]  # the baseline first: it leads every group
+    configs = [base.model_copy(update={"backend": name, "precision": precision}) for name, precision in pairs]
     groups, refused, crashed = run_variants(configs)
     skipped += refused
     results = [result for group in groups for result in group]

@@ -611,22 +611,34 @@ def render_gate_example(root: Path) -> str:
 BACKEND_PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
 
 
+def by_end_to_end(doc: dict) -> list[dict]:
+    """A backends artifact's variants, fastest end to end first."""
+    return sorted(doc["variants"], key=lambda r: r["p50_ms"]["e2e"])
+
+
+def outcome_cells(r: dict, after_speedup: tuple[str, ...] = ()) -> list[str]:
+    """A variant's speed-up over eager fp32, ``after_speedup``, its action error and gate verdict, as both backends
+    tables show them."""
+    return [
+        ratio(r["speedup_vs_torch_fp32"]) if r["speedup_vs_torch_fp32"] else "—",
+        *after_speedup,
+        "reference" if r["variant"] == "torch fp32" else f"{r['relative_action_error']:.2e}",
+        "pass" if r["valid"] else "FAIL",
+    ]
+
+
 def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
     """``benchmarks/backends.py``: every variant's phases, speed-up over eager fp32, expert share, error, gate; with
     the issue's targets only where the workload is theirs (full-size SmolVLA)."""
     doc, meta = load(root, artifact)
     work, cpu, targets = doc["workload"], doc["cpu"], doc["targets"]
-    records = sorted(doc["variants"], key=lambda r: r["p50_ms"]["e2e"])
     rows = [
         [
             r["variant"],
             *(ms(r["p50_ms"].get(phase)) for phase in BACKEND_PHASES),
-            ratio(r["speedup_vs_torch_fp32"]) if r["speedup_vs_torch_fp32"] else "—",
-            pct(r["expert_share_of_floor"]),
-            "reference" if r["variant"] == "torch fp32" else f"{r['relative_action_error']:.2e}",
-            "pass" if r["valid"] else "FAIL",
+            *outcome_cells(r, (pct(r["expert_share_of_floor"]),)),
         ]
-        for r in records
+        for r in by_end_to_end(doc)
     ]
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens), {work['steps']} "
@@ -671,16 +683,7 @@ def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
 def render_backends_summary(root: Path) -> str:
     """The README's short form of the backends benchmark: end to end, speed-up, action error, gate."""
     doc, meta = load(root, f"{RESULTS}/backends-smolvla-cpu.json")
-    rows = [
-        [
-            r["variant"],
-            ms(r["p50_ms"]["e2e"]),
-            ratio(r["speedup_vs_torch_fp32"]) if r["speedup_vs_torch_fp32"] else "—",
-            "reference" if r["variant"] == "torch fp32" else f"{r['relative_action_error']:.2e}",
-            "pass" if r["valid"] else "FAIL",
-        ]
-        for r in sorted(doc["variants"], key=lambda r: r["p50_ms"]["e2e"])
-    ]
+    rows = [[r["variant"], ms(r["p50_ms"]["e2e"]), *outcome_cells(r)] for r in by_end_to_end(doc)]
     header = ["variant", "end-to-end p50 ms", "× eager fp32", "action error", "gate"]
     return "\n".join([table(header, rows, "lrrrl"), "", provenance(meta)])
 

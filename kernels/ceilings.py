@@ -52,9 +52,10 @@ def gemm_peak(
     synchronize = _synchronizer(device)
     limit = max_size or (8192 if device.type == "cuda" else 2048)
     size = 256
+    scale = 50 if integer else 1  # int8 operands spread over the int8 range, not rounded to -1, 0, 1
     while True:
-        a = (torch.randn(size, size, device=device) * (50 if integer else 1)).to(dtype)
-        b = (torch.randn(size, size, device=device) * (50 if integer else 1)).to(dtype)
+        a = (torch.randn(size, size, device=device) * scale).to(dtype)
+        b = (torch.randn(size, size, device=device) * scale).to(dtype)
         out = torch.empty(size, size, device=device, dtype=torch.int32 if integer else dtype)
         multiply = partial(torch._int_mm if integer else torch.matmul, a, b, out=out)
         multiply()

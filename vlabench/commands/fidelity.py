@@ -112,7 +112,7 @@ def run_fidelity(
     closed: list[ClosedLoopRow] = []
     task, precisions = None, []
     if episodes:
-        from vlabench.optimizations.closed_loop.evaluate import closed_loop_variants, evaluate
+        from vlabench.optimizations.closed_loop.evaluate import EXPERT_VARIANT, closed_loop_variants, evaluate
         from vlabench.optimizations.closed_loop.precision import PRECISIONS, precision_success_rates
         from vlabench.optimizations.closed_loop.train import load_or_train
 
@@ -122,7 +122,7 @@ def run_fidelity(
             f"{actions_per_chunk} of 8 actions executed per chunk"
         )
         closed = [
-            _closed_row(s, None if s.variant == "scripted expert" else "fp32")
+            _closed_row(s, None if s.variant == EXPERT_VARIANT else "fp32")
             for s in evaluate(policy, closed_loop_variants(policy.steps), episodes, seed, actions_per_chunk)
         ]
         precisions = list(PRECISIONS if closed_loop_precisions is None else closed_loop_precisions)

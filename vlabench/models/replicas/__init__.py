@@ -77,9 +77,14 @@ def build_replica(
 
         load_checkpoint(model, Path(spec.checkpoint.rsplit(":", 2)[0]))
     if transform is not None:
-        for name, module in list(model.named_modules()):
-            _replace(model, name, transform(name, module))
+        transform_modules(model, transform)
     return model.eval().requires_grad_(False)
+
+
+def transform_modules(model: nn.Module, transform: Callable[[str, nn.Module], nn.Module | None]) -> None:
+    """``transform(name, module)`` over a built model's modules; each result that is not None replaces its module."""
+    for name, module in list(model.named_modules()):
+        _replace(model, name, transform(name, module))
 
 
 @torch.no_grad()

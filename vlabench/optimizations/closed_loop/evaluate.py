@@ -29,6 +29,8 @@ from vlabench.optimizations.closed_loop.reacher import (
 from vlabench.optimizations.fidelity import FidelityVariant, default_variants
 from vlabench.optimizations.fusion import FusionLoop
 
+EXPERT_VARIANT = "scripted expert"  # the row of the scripted expert, the ceiling the policy imitates
+
 
 @dataclass(frozen=True)
 class EpisodeStats:
@@ -114,7 +116,7 @@ def expert_success_rate(episodes: int = 50, seed: int = 0) -> EpisodeStats:
     env.close()
     successes = sum(is_success(obs) for obs in finals)
     return EpisodeStats(
-        variant="scripted expert",
+        variant=EXPERT_VARIANT,
         episodes=episodes,
         successes=successes,
         success_rate=successes / episodes,

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from vlabench.errors import InputError, UnavailableError, unknown_name
+from vlabench.models.replicas import transform_modules
 from vlabench.optimizations.closed_loop.evaluate import EpisodeStats, cycle_noise, success_rate
 from vlabench.optimizations.closed_loop.policy import SmallFlowPolicy
 from vlabench.optimizations.closed_loop.reacher import OBS_DIM
@@ -76,16 +76,6 @@ def parse_precisions(text: str) -> tuple[str, ...]:
     return tuple(precision for precision in PRECISIONS if precision in names)
 
 
-def _replace_modules(model: nn.Module, transform) -> None:
-    """``build_replica``'s transform protocol on a built model: each module whose transform returns a replacement is
-    swapped for it in its parent."""
-    for name, module in list(model.named_modules()):
-        replacement = transform(name, module)
-        if replacement is not None and name:
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent), child, replacement)
-
-
 def policy_at(policy: SmallFlowPolicy, precision: str) -> PolicyAtPrecision:
     """A copy of ``policy`` at ``precision`` (bf16, int8, int4), probed once; UnavailableError when it cannot run."""
     if precision not in PRECISIONS:
@@ -97,7 +87,7 @@ def policy_at(policy: SmallFlowPolicy, precision: str) -> PolicyAtPrecision:
         from vlabench.backends.torch_quantize import Quantizer
 
         quantizer = Quantizer(model.obs_mean.device, precision)  # UnavailableError: no scheme, or no torchao
-        _replace_modules(model, quantizer)
+        transform_modules(model, quantizer)
         if not quantizer.quantized:
             kept = ", ".join(sorted(quantizer.kept))
             raise UnavailableError(f"the torch {precision} scheme takes none of the policy's Linear layers ({kept})")
