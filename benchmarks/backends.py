@@ -54,8 +54,20 @@ def cpu_class(flags: set[str]) -> str:
     return "avx512-bf16" if "avx512_bf16" in flags else "no-native-bf16"
 
 
+def variant_name(text: str) -> str:
+    """A ``--variants`` entry, ``backend:precision``; anything else is a usage error naming the valid parts."""
+    name, _, precision = text.partition(":")
+    if name not in CPU_BACKENDS or precision not in Precision.NAMES:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not backend:precision with a backend among {', '.join(CPU_BACKENDS)} and a precision "
+            f"among {', '.join(Precision.NAMES)}"
+        )
+    return text
+
+
 def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[str]]:
-    """(backend, precision) pairs to run on the CPU, and the skipped ones with why."""
+    """(backend, precision) pairs to run on the CPU, and the skipped ones with why (a requested pair the backend
+    does not offer here among them)."""
     cpu = torch.device("cpu")
     chosen, skipped = [], []
     for name in CPU_BACKENDS:
@@ -74,6 +86,11 @@ def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[s
                 skipped.append(f"{name} {precision}: {why}")
             else:
                 chosen.append((name, precision))
+    offered = {f"{name}:{precision}" for name, precision in chosen}
+    for pair in requested or []:
+        name, _, precision = pair.partition(":")
+        if pair not in offered and not any(s.startswith((f"{name}:", f"{name} {precision}:")) for s in skipped):
+            skipped.append(f"{name} {precision}: the backend does not offer it on this CPU")
     return chosen, skipped
 
 
@@ -218,7 +235,9 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--variants", nargs="+", default=None, help="backend:precision pairs (default: all)")
+    parser.add_argument(
+        "--variants", nargs="+", type=variant_name, default=None, help="backend:precision pairs (default: all)"
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--min-iterations", type=int, default=5)
     parser.add_argument("--min-duration", type=float, default=20.0)

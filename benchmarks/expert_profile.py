@@ -48,7 +48,7 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends import FLAGS_SHOWN, cpu_class
+from backends import FLAGS_SHOWN, cpu_class, variant_name
 
 console = Console(width=160)
 CPU = torch.device("cpu")
@@ -78,6 +78,17 @@ OPENVINO_CLASS = {
     "Transpose": "layout and precision conversions",
 }
 FLOOR_CLASS = {"attention": "attention"}  # roofline operator name -> class; every other operator: weight matmuls
+
+
+PROFILERS = ("torch", "openvino")  # the backends whose own profiler this script reads
+
+
+def profiled_variant(text: str) -> str:
+    """A ``--variants`` entry whose backend this script can profile (its classes come from that profiler)."""
+    text = variant_name(text)
+    if text.partition(":")[0] not in PROFILERS:
+        raise argparse.ArgumentTypeError(f"'{text}': only {', '.join(PROFILERS)} are profiled here")
+    return text
 
 
 def torch_class(name: str) -> str:
@@ -230,7 +241,9 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variants", nargs="+", default=["torch:fp32", "torch:bf16", "openvino:bf16"])
+    parser.add_argument(
+        "--variants", nargs="+", type=profiled_variant, default=["torch:fp32", "torch:bf16", "openvino:bf16"]
+    )
     parser.add_argument("--timed-steps", type=int, default=20)
     parser.add_argument("--profiled-steps", type=int, default=10)
     parser.add_argument("--json-out", type=Path, default=None)

@@ -132,3 +132,21 @@ def test_an_openvino_step_counts_only_the_profiled_steps():
     measured = sum(entry["ms"] for kind, entry in found["classes"].items() if kind != "outside the ops")
     assert 0 < measured <= found["profiled_step_ms"]  # the prefix and the timed steps are not counted again
     assert found["classes"]["attention"]["ms"] > 0 and found["classes"]["weight matmuls"]["ms"] > 0
+
+
+@pytest.mark.parametrize("text", ["torch", "torch:fp64", "tensort:fp32", "openvino:"])
+def test_a_malformed_variant_is_a_usage_error_naming_the_valid_parts(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="backend among torch, torch-compile"):
+        backends.variant_name(text)
+
+
+def test_the_expert_profile_takes_only_the_backends_whose_profiler_it_reads():
+    assert expert_profile.profiled_variant("openvino:int8") == "openvino:int8"
+    with pytest.raises(argparse.ArgumentTypeError, match="only torch, openvino"):
+        expert_profile.profiled_variant("onnxruntime:fp32")
+
+
+def test_a_requested_variant_the_backend_does_not_offer_is_listed_as_skipped():
+    chosen, skipped = backends.variants(["torch:fp32", "onnxruntime:bf16"])
+    assert chosen == [("torch", "fp32")]
+    assert any(reason.startswith("onnxruntime bf16:") for reason in skipped)
