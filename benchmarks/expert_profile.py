@@ -10,7 +10,8 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
 ``PERF_COUNT`` (per executed node). Each op lands in one class:
 
 - ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, OpenVINO
-  ``FullyConnected``); their floor is the roofline's for every operator but ``attention``;
+  ``FullyConnected`` and, after int8 PTQ, ``FullyConnectedQuantizedLegacy``); their floor is the roofline's for
+  every operator but ``attention``;
 - ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``;
   OpenVINO fuses them into a ``Subgraph`` of four-dimensional inputs); floor: the ``attention`` rows;
 - ``K/V expansion (GQA)``: ``repeat_interleave`` of the cached keys and values to the query heads (OpenVINO:
@@ -18,6 +19,9 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
 - ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert`` / ``Transpose``;
 - ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor);
 - ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost).
+
+The two floored classes alone, at their measured times, bound the share of the floor the step can reach with the
+runtime's matmul and attention kernels as they are (``floored_ops_ms``).
 
 The floors use the GEMM peak and bandwidth measured here at the variant's precision (``kernels.ceilings``). Wrap
 with ``benchmarks/capture.py`` for a committed artifact with its provenance sidecar.
@@ -78,6 +82,9 @@ OPENVINO_CLASS = {
     "Transpose": "layout and precision conversions",
 }
 FLOOR_CLASS = {"attention": "attention"}  # roofline operator name -> class; every other operator: weight matmuls
+FLOORED = ("weight matmuls", "attention")
+"""The classes the roofline floor counts. A step made of them alone, at their measured times, bounds the share of
+the floor the step can reach while the runtime's own matmul and attention kernels stay as they are."""
 
 
 PROFILERS = ("torch", "openvino")  # the backends whose own profiler this script reads
@@ -142,6 +149,8 @@ def openvino_class(op_type: str, name: str, fused_attention: set[str]) -> str:
     plugin fused an attention (MatMul, Softmax, MatMul), named after whichever op came first."""
     if op_type == "Subgraph" and name in fused_attention:
         return "attention"
+    if op_type.startswith("FullyConnected"):  # FullyConnectedQuantizedLegacy: int8 PTQ's dequantized variant
+        return "weight matmuls"
     return OPENVINO_CLASS.get(op_type, "norms, activations, RoPE, residuals")
 
 
@@ -201,11 +210,13 @@ def profile_variant(name: str, precision: str, args, spec, workload) -> dict:
     per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}
     per_step["outside the ops"] = max(wall / args.profiled_steps - sum(per_step.values()), 0.0)
     floor = floors(spec, workload, precision, step_ms)
+    floored_ms = sum(per_step.get(kind, 0.0) for kind in FLOORED)
     return {
         "variant": f"{name} {precision}",
         "step_p50_ms": step_ms,
         "profiled_step_ms": wall / args.profiled_steps,
         "step_floor_ms": floor.get("step"),
+        "floored_ops_ms": floored_ms,
         "classes": {kind: {"ms": per_step.get(kind, 0.0), "floor_ms": floor.get(kind)} for kind in CLASSES},
         "profiler": "OpenVINO PERF_COUNT" if name == "openvino" else "torch.profiler (CPU)",
     }
@@ -219,6 +230,8 @@ def show(records: list[dict]) -> None:
             f"{rec['profiled_step_ms']:.1f} ms)"
             + (f", roofline floor {floor:.1f} ms = {floor / rec['step_p50_ms']:.0%}" if floor else "")
         )
+        if floor:
+            title += f"; with only its weight matmuls and attention: {floor / rec['floored_ops_ms']:.0%}"
         table = Table(title=title)
         for column in ("class", "ms per step", "share of profiled step", "floor ms", "floor / measured"):
             table.add_column(column, justify="left" if column == "class" else "right")

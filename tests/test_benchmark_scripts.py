@@ -81,6 +81,8 @@ def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
     assert classes["weight matmuls"]["ms"] > 0 and classes["attention"]["ms"] > 0
     assert sum(entry["ms"] for entry in classes.values()) == pytest.approx(found["profiled_step_ms"], rel=1e-6)
     assert classes["weight matmuls"]["floor_ms"] > 0 and 0 < found["step_floor_ms"] < found["step_p50_ms"]
+    floored = classes["weight matmuls"]["ms"] + classes["attention"]["ms"]
+    assert found["floored_ops_ms"] == pytest.approx(floored)  # the bound: only the ops the floor counts
 
 
 class FakePlan:
@@ -113,6 +115,7 @@ def test_variants_that_do_not_fit_together_run_in_groups_each_led_by_the_baselin
     ("op_type", "name", "kind"),
     [
         ("FullyConnected", "/layers.0/mlp/up_proj/MatMul", "weight matmuls"),
+        ("FullyConnectedQuantizedLegacy", "/layers.0/mlp/gate_proj/MatMul/DequantizationMultiply", "weight matmuls"),
         ("Subgraph", "/layers.1/MatMul_1", "attention"),  # the CPU plugin's fused attention
         ("Subgraph", "/layers.1/Add_2", "norms, activations, RoPE, residuals"),
         ("Tile", "/layers.2/Tile", "K/V expansion (GQA)"),
