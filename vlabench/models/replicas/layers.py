@@ -66,12 +66,16 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
-    """Scaled dot-product attention with explicit GQA expansion; ``bias`` is additive, shape (B, 1, S, T)."""
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    """Scaled dot-product attention with grouped K/V heads (GQA); ``bias`` is additive, shape (B, 1, S, T).
+    SDPA reads each shared K/V head for its group of query heads (``enable_gqa``) instead of a copy expanded to
+    every query head; the ONNX export expands explicitly (opset 18 has no grouped attention). Same numbers."""
+    if torch.jit.is_tracing():  # the TorchScript-based ONNX export: shapes are traced tensors here
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
