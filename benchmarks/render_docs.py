@@ -709,6 +709,16 @@ def render_expert_profile(root: Path) -> str:
                 pct(floor / rec["step_p50_ms"]) if floor else "—",
             ]
         )
+        if floor:
+            rows.append(
+                [
+                    "",
+                    "*bound: the weight matmuls and attention alone*",
+                    ms(rec["floored_ops_ms"]),
+                    ms(floor),
+                    pct(floor / rec["floored_ops_ms"]),
+                ]
+            )
         for kind, entry in rec["classes"].items():
             share = entry["ms"] / rec["profiled_step_ms"]
             floor_ms = entry["floor_ms"]
