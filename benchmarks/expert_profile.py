@@ -14,8 +14,9 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
   every operator but ``attention``;
 - ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``;
   OpenVINO fuses them into a ``Subgraph`` of four-dimensional inputs); floor: the ``attention`` rows;
-- ``K/V expansion (GQA)``: ``repeat_interleave`` of the cached keys and values to the query heads (OpenVINO:
-  ``Tile``);
+- ``K/V expansion (GQA)``: copies of the cached keys and values expanded to the query heads: OpenVINO's ``Tile``
+  in the exported graphs (eager torch reads the shared heads in place, SDPA's ``enable_gqa``, so its class is
+  empty unless an op like ``repeat_interleave`` appears);
 - ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert`` / ``Transpose``;
 - ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor);
 - ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost).
