@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.torch_quantize import build_quantized_replica, quantized_precisions
+from vlabench.backends.torch_quantize import INT8_SCHEMES, build_quantized_replica, quantized_precisions
 from vlabench.errors import UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
@@ -78,6 +78,7 @@ class TorchPolicy(PreparedPolicy):
 class TorchBackend(Backend):
     is_reference = True
     fuses_expert_kv = True
+    int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
     name = "torch"
     engines: ClassVar[dict[str, str]] = {
         "cpu": "on the host CPU",
@@ -92,10 +93,11 @@ class TorchBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchBackend:
-        return cls(options.fuse_expert_kv)
+        return cls(options.fuse_expert_kv, options.quant_scheme)
 
-    def __init__(self, fuse_expert_kv: bool = False) -> None:
+    def __init__(self, fuse_expert_kv: bool = False, quant_scheme: str | None = None) -> None:
         self.fuse_expert_kv = fuse_expert_kv
+        self.quant_scheme = quant_scheme  # CPU int8: INT8_SCHEMES; None: the first that runs here
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -111,7 +113,7 @@ class TorchBackend(Backend):
     ) -> PreparedPolicy:
         quantization = None
         if Precision.is_quantized(precision):
-            model, quantizer = build_quantized_replica(spec, seed, precision, device)
+            model, quantizer = build_quantized_replica(spec, seed, precision, device, self.quant_scheme)
             quantization = quantizer.details()
         else:
             model = build_replica(spec, seed, Precision.DTYPES[precision], device)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.torch_backend import TorchBackend, parameters_target, torch_device_for
+from vlabench.backends.torch_quantize import INT8_SCHEMES, build_quantized_replica
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
 from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
@@ -85,8 +86,10 @@ class CompiledPolicy(PreparedPolicy):
         mode: str,
         sampler: ActionLoop,
         inductor: dict[str, Any] | None = None,
+        quantization: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.quantization = quantization or {}
         self.inductor = dict(CPU_INFERENCE if device.type == "cpu" else {}) if inductor is None else inductor
         self.device = device
         self.mode = mode
@@ -193,6 +196,7 @@ class CompiledPolicy(PreparedPolicy):
             "compile_s": dict(self.compile_s),
             "compile_total_s": round(sum(self.compile_s.values()), 3),
             "fused_denoise_loop": self.fused is not None,
+            **self.quantization,
         }
         if self.fused is not None:
             details["fused_capture_s"] = self.fused_capture_s
@@ -201,6 +205,7 @@ class CompiledPolicy(PreparedPolicy):
 
 class TorchCompileBackend(Backend):
     captures_graphs = True
+    int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
     name = "torch-compile"
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU (inductor C++)", "cuda": "on CUDA (inductor Triton)"}
 
@@ -210,13 +215,18 @@ class TorchCompileBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchCompileBackend:
-        return cls(options.compile_mode, options.fuse_denoise_loop)
+        return cls(options.compile_mode, options.fuse_denoise_loop, options.quant_scheme)
 
-    def __init__(self, mode: str = "default", fuse_denoise_loop: bool = False) -> None:
+    def __init__(self, mode: str = "default", fuse_denoise_loop: bool = False, quant_scheme: str | None = None) -> None:
         if mode not in COMPILE_MODES:
             raise unknown_name("compile mode", mode, COMPILE_MODES)
         self.mode = mode
         self.fuse_denoise_loop = fuse_denoise_loop
+        self.quant_scheme = quant_scheme
+
+    def precisions(self, device: torch.device) -> tuple[str, ...]:
+        """The torch backend's precisions: the quantized replicas compile too (their kernels stay opaque calls)."""
+        return TorchBackend().precisions(device)
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         reason = TorchBackend().unavailable_reason(device)
@@ -230,11 +240,17 @@ class TorchCompileBackend(Backend):
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> CompiledPolicy:
         """Build the replica, compile all three phases now and, if asked (CUDA only), capture the fused loop."""
-        dtype = Precision.DTYPES[precision]
+        dtype = Precision.dtype(precision)
         if self.fuse_denoise_loop and workload.sampler != "euler":
             raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
         sampler = make_sampler(spec, workload, device)
-        policy = CompiledPolicy(build_replica(spec, seed, dtype, device), device, self.mode, sampler)
+        quantization = None
+        if Precision.is_quantized(precision):
+            model, quantizer = build_quantized_replica(spec, seed, precision, device, self.quant_scheme)
+            quantization = quantizer.details()
+        else:
+            model = build_replica(spec, seed, dtype, device)
+        policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization)
         noise = initial_noise(workload, seed, dtype, device)
         cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)
         if self.fuse_denoise_loop:

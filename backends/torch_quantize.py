@@ -7,9 +7,12 @@ convolutions, the LM head read as a matrix) stays at fp32, as do activations bet
 
 Schemes, per device type:
 
-- CPU int8: torchao ``Int8DynamicActivationInt8WeightConfig`` (weights int8 per-channel symmetric, activations
-  int8 per-token dynamic; the matmul is ``torch._int_mm``). torchao's int8 weight-only path dequantizes on every
-  call on CPU, which made a 4096×4096 matvec about 10× slower than fp32 here.
+- CPU int8, two schemes (``--quant-scheme``), both weights int8 per-channel symmetric and activations int8
+  per-token dynamic: ``amx``, vlabench's own AMX kernel (``kernels/amx_int8.py``: quantize, AMX matmul and
+  dequantize in one call; the default where the CPU has AMX-INT8 and the kernel builds), and ``torchao``,
+  ``Int8DynamicActivationInt8WeightConfig`` (the matmul is ``torch._int_mm``; the default elsewhere). torchao's
+  int8 weight-only path dequantizes on every call on CPU, which made a 4096×4096 matvec about 10× slower than fp32
+  here.
 - CPU int4: weight-only, groups of 128 (or the largest of 64/32 dividing the input width): torchao's tinygemm
   group qparams (``groupwise_affine_quantize_tensor``) packed and multiplied by torch's int4 CPU kernels
   (``aten._convert_weight_to_int4pack_for_cpu`` / ``aten._weight_int4pack_mm_for_cpu``, the kernels torchao's
@@ -40,6 +43,11 @@ GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU
 INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
 INT4_ACTIVATIONS = torch.bfloat16
+INT8_SCHEMES = ("amx", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
+AMX_SCHEME = (
+    "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
+    "int32 accumulation on AMX tiles)"
+)
 SCHEMES = {
     ("cpu", "int8"): "torchao int8 dynamic activation + int8 weight (weights int8 per-channel symmetric, "
     "activations int8 per-token dynamic)",
@@ -59,7 +67,12 @@ def torchao_missing() -> str | None:
 
 
 def quantized_precisions(device: torch.device) -> tuple[str, ...]:
-    """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0)."""
+    """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0; CPU
+    int8 without torchao through the AMX kernel where it runs)."""
+    if device.type == "cpu" and torchao_missing():
+        from vlabench.kernels import amx_int8
+
+        return ("int8",) if amx_int8.unavailable_reason() is None else ()
     if torchao_missing() or device.type not in ("cpu", "cuda"):
         return ()
     if device.type == "cuda":
@@ -69,8 +82,28 @@ def quantized_precisions(device: torch.device) -> tuple[str, ...]:
     return ("int8", "int4")
 
 
-def scheme(device: torch.device, precision: str) -> str:
-    return SCHEMES[(device.type, precision)]
+def scheme(device: torch.device, precision: str, int8_scheme: str | None = None) -> str:
+    """What ``precision`` means on ``device`` (CPU int8: under ``int8_scheme``, torchao's when None)."""
+    return AMX_SCHEME if precision == "int8" and int8_scheme == "amx" else SCHEMES[(device.type, precision)]
+
+
+def choose_int8_scheme(device: torch.device, requested: str | None) -> tuple[str | None, str | None]:
+    """(the CPU int8 scheme to use, why the AMX kernel was passed over when it was the default's first choice).
+    ``requested`` "amx" where the kernel cannot run raises UnavailableError with the reason; not CPU: (None, None)."""
+    from vlabench.kernels import amx_int8
+
+    if device.type != "cpu":
+        if requested is not None:
+            raise UnavailableError(f"--quant-scheme {requested} is a CPU int8 scheme; this run is on {device.type}")
+        return None, None
+    if requested == "torchao":
+        return "torchao", None
+    reason = amx_int8.unavailable_reason()
+    if reason is None:
+        return "amx", None
+    if requested == "amx":
+        raise UnavailableError(reason)
+    return "torchao", reason
 
 
 def quiet_torchao_import() -> None:
@@ -134,11 +167,14 @@ def int4_group(linear: nn.Linear) -> int | None:
 class Quantizer:
     """The ``build_replica`` transform for one (device, precision): quantizes each eligible Linear, counts them."""
 
-    def __init__(self, device: torch.device, precision: str) -> None:
+    def __init__(self, device: torch.device, precision: str, int8_scheme: str | None = None) -> None:
         if (device.type, precision) not in SCHEMES:
             raise UnavailableError(f"the torch backend has no {precision} scheme on {device.type}")
+        self.int8_scheme, self.amx_passed_over = (
+            choose_int8_scheme(device, int8_scheme) if precision == "int8" else (None, None)
+        )
         missing = torchao_missing()
-        if missing:
+        if missing and self.int8_scheme != "amx":
             raise UnavailableError(missing)
         self.device, self.precision = device, precision
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
@@ -156,6 +192,10 @@ class Quantizer:
         if self.precision == "int4" and self.device.type == "cpu":
             self.groups.add(group)
             return Int4PackedLinear(module, group)
+        if self.int8_scheme == "amx":
+            from vlabench.kernels.amx_int8 import AmxInt8Linear
+
+            return AmxInt8Linear(module)
         return self._torchao(module, group)
 
     def _torchao(self, module: nn.Linear, group: int | None) -> nn.Module:
@@ -183,7 +223,7 @@ class Quantizer:
 
     def details(self) -> dict[str, Any]:
         """What was quantized and how, for the run's backend details."""
-        text = scheme(self.device, self.precision)
+        text = scheme(self.device, self.precision, self.int8_scheme)
         if self.precision == "int4" and self.groups != {128}:
             text = text.replace("groups of 128", f"groups of {'/'.join(str(g) for g in sorted(self.groups))}")
         total = sum(self.quantized.values()) + sum(self.kept.values())
@@ -192,13 +232,15 @@ class Quantizer:
             "quantized_linears": len(self.quantized),
             "quantized_weight_share": round(sum(self.quantized.values()) / total, 4) if total else 0.0,
             "float_linears": sorted(self.kept),
+            **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
+            **({"amx_kernel_unavailable": self.amx_passed_over} if self.amx_passed_over else {}),
         }
 
 
 def build_quantized_replica(
-    spec: ModelSpec, seed: int, precision: str, device: torch.device
+    spec: ModelSpec, seed: int, precision: str, device: torch.device, int8_scheme: str | None = None
 ) -> tuple[nn.Module, Quantizer]:
     """The seeded replica with its Linear layers quantized as they are built (never whole at fp32)."""
-    quantizer = Quantizer(device, precision)
+    quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, Precision.dtype(precision), device, transform=quantizer)
     return model, quantizer

@@ -736,6 +736,33 @@ def render_expert_profile(root: Path) -> str:
     return "\n".join(lines)
 
 
+def render_amx_linear(root: Path) -> str:
+    """``benchmarks/amx_linear.py``: one int8 Linear call, vlabench's AMX kernel against torchao's dynamic int8."""
+    doc, meta = load(root, f"{RESULTS}/amx-linear-smolvla-cpu.json")
+    rows = []
+    for r in doc["shapes"]:
+        times, spread, speedup = r["ms"], r["spread_ms"], r["amx_speedup"]
+        cells = [f"{r['rows']}×{r['in_features']}→{r['out_features']}"]
+        for regime in ("hot", "cold"):
+            for scheme in ("amx", "torchao"):
+                low, high = spread[f"{scheme} {regime}"]
+                cells.append(f"{times[f'{scheme} {regime}']:.3f} ({low:.3f}–{high:.3f})")
+            cells.append(ratio(speedup[regime]))
+        cells += [f"{r['amx_top_s']['cold']:.2f}", f"{r['amx_cold_weight_gb_s']:.1f}"]
+        rows.append(cells)
+    header = ["rows×in→out", "amx hot ms", "torchao hot ms", "hot ×", "amx cold ms", "torchao cold ms", "cold ×"]
+    header += ["amx cold TOP/s", "amx cold weight GB/s"]
+    lines = [
+        f"`{doc['model']}` action expert shapes, {doc['threads']} threads, flags {', '.join(doc['cpu']['flags'])}; "
+        "median (min–max) ms per call:",
+        "",
+        table(header, rows, "lrrrrrrrr"),
+        "",
+        provenance(meta),
+    ]
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Block:
     artifacts: tuple[str, ...]
@@ -754,6 +781,7 @@ BLOCKS: dict[str, Block] = {
     "gate-example": Block((), render_gate_example),
 }
 BLOCKS["expert-profile"] = Block((f"{RESULTS}/expert-profile-smolvla-cpu.json",), render_expert_profile)
+BLOCKS["amx-linear"] = Block((f"{RESULTS}/amx-linear-smolvla-cpu.json",), render_amx_linear)
 BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
 for _name in ("smolvla", "smolvla-tiny", "pi0-tiny"):
     _artifact = f"{RESULTS}/backends-{_name}-cpu.json"

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 import vlabench.backends.torch_quantize as torch_quantize
 import vlabench.optimizations.closed_loop.train as train_module
 from vlabench.cli.app import app
+from vlabench.kernels import amx_int8
+from vlabench.kernels.amx_int8 import AmxInt8Linear
 from vlabench.measure.action_loops import EulerSampler
 from vlabench.optimizations.closed_loop import TrainConfig, success_rate
 from vlabench.optimizations.closed_loop.precision import (
@@ -63,13 +65,15 @@ def test_each_precision_acts_close_to_fp32_but_not_identically(policy, precision
 def test_quantized_policies_hold_the_backends_quantized_modules(policy):
     linears = {name for name, module in policy.named_modules() if isinstance(module, nn.Linear)}
     int8 = policy_at(policy, "int8")
+    int8_scheme = torch_quantize.choose_int8_scheme(CPU, None)[0]  # the AMX kernel where it runs, else torchao
     quantized = {
         name
         for name, module in int8.policy.named_modules()
-        if isinstance(module, nn.Linear) and isinstance(module.weight, torch_quantize_base_tensor())
+        if isinstance(module, AmxInt8Linear)
+        or (isinstance(module, nn.Linear) and isinstance(module.weight, torch_quantize_base_tensor()))
     }
-    assert quantized == set(int8.quantized_linears) == linears  # torchao's int8 takes every Linear here
-    assert int8.scheme == torch_quantize.scheme(CPU, "int8") and not int8.float_linears
+    assert quantized == set(int8.quantized_linears) == linears  # the int8 scheme takes every Linear here
+    assert int8.scheme == torch_quantize.scheme(CPU, "int8", int8_scheme) and not int8.float_linears
 
     int4 = policy_at(policy, "int4")
     packed = {n for n, m in int4.policy.named_modules() if isinstance(m, torch_quantize.Int4PackedLinear)}
@@ -104,7 +108,8 @@ def test_fidelity_rows_at_each_precision_run_the_exact_rows_episodes(policy, mon
     assert rows["exact"]["precision"] == "fp32" and rows["scripted expert"]["precision"] is None
     for precision in ("int8", "int4"):
         row = rows[f"exact {precision}"]
-        assert row["precision"] == precision and row["scheme"].startswith(torch_quantize.scheme(CPU, precision)[:20])
+        expected = torch_quantize.scheme(CPU, precision, torch_quantize.choose_int8_scheme(CPU, None)[0])
+        assert row["precision"] == precision and row["scheme"].startswith(expected[:20])
         assert row["episodes"] == rows["exact"]["episodes"] == 2 and row["expert_calls_per_chunk"] == 10
         # the same seeded episodes and noise as the fp32 row: success_rate's, with the same seed and chunking
         again = success_rate(policy_at(policy, precision).policy, FidelityVariant(name=f"exact {precision}"), 2, 0)
@@ -120,6 +125,7 @@ def test_fidelity_rows_at_each_precision_run_the_exact_rows_episodes(policy, mon
 def test_a_precision_that_cannot_run_is_skipped_with_the_reason(monkeypatch):
     narrow = build_policy(TrainConfig(width=16, heads=2, layers=1, prefix_tokens=2, mlp_ratio=1)).eval()
     monkeypatch.setattr(torch_quantize, "torchao_missing", lambda: "quantized torch runs need torchao: pip install x")
+    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda: "no AMX here")  # else int8 runs without torchao
     rows, skipped = precision_success_rates(narrow, PRECISIONS, episodes=1)
     assert [row.precision for row in rows] == ["bf16"] and rows[0].stats.variant == "exact bf16"
     assert skipped == [

@@ -1,0 +1,169 @@
+// vlabench's int8 linear on Intel AMX for the action expert's small-M GEMMs (issue 19, section 3).
+//
+// y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
+// x is quantized per row (symmetric int8, scale = absmax / 127), W per output channel (packed once, at load).
+// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
+// A tile and one B tile stream through them. The weight is packed so each thread reads its columns as one
+// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <torch/extension.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+constexpr int TILE_M = 16, TILE_N = 16, TILE_K = 64, C_TILES = 4;
+// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3.
+#define A_TILE 4
+#define B_TILE 5
+constexpr int TILE_BYTES = TILE_M * TILE_K;
+constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
+constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+
+struct TileConfig {
+  uint8_t palette_id = 1, start_row = 0, reserved[14] = {0};
+  uint16_t colsb[16] = {0};
+  uint8_t rows[16] = {0};
+};
+
+bool amx_permitted() {
+  static const bool permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+  return permitted;
+}
+
+void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < C_TILES; ++t) {
+    cfg.rows[t] = TILE_M;
+    cfg.colsb[t] = TILE_N * 4;
+  }
+  cfg.rows[A_TILE] = TILE_M;
+  cfg.colsb[A_TILE] = TILE_K;
+  cfg.rows[B_TILE] = TILE_K / 4;
+  cfg.colsb[B_TILE] = TILE_N * 4;
+  _tile_loadconfig(&cfg);
+}
+
+// Row i of x, quantized into the blocked layout [m_tile][k_block][16 rows][64 bytes]. Bytes past column k and rows
+// past m stay unset: the packed weight is zero past k, and rows past m are never stored.
+float quantize_row(const float* row, int64_t k, int64_t k_blocks, int64_t i, int8_t* blocked) {
+  __m512 vmax = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + j)));
+  float amax = _mm512_reduce_max_ps(vmax);
+  for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
+  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const __m512 inverse = _mm512_set1_ps(1.f / scale);
+  int8_t* base = blocked + ((i / TILE_M) * k_blocks * TILE_M + i % TILE_M) * TILE_K;
+  auto at = [&](int64_t col) { return base + (col / TILE_K) * TILE_BYTES + col % TILE_K; };
+  for (j = 0; j + 16 <= k; j += 16) {
+    const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + j), inverse));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at(j)), _mm512_cvtsepi32_epi8(codes));
+  }
+  for (; j < k; ++j) *at(j) = static_cast<int8_t>(std::nearbyint(std::clamp(row[j] / scale, -127.f, 127.f)));
+  return scale;
+}
+}  // namespace
+
+// weight [N, K] int8, N a multiple of 16 -> [N/16][ceil(K/64)][16][64] (VNNI: 4 consecutive k per column).
+torch::Tensor pack_weight(const torch::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == torch::kInt8 && weight.dim() == 2, "pack_weight takes a 2-D int8 weight");
+  TORCH_CHECK(weight.size(0) % TILE_N == 0, "pack_weight needs output features in multiples of 16");
+  const auto w = weight.contiguous();
+  const int64_t n = w.size(0), k = w.size(1), k_blocks = (k + TILE_K - 1) / TILE_K;
+  auto packed = torch::zeros({n / TILE_N, k_blocks, TILE_K / 4, TILE_N * 4}, torch::kInt8);
+  const int8_t* src = w.data_ptr<int8_t>();
+  int8_t* dst = packed.data_ptr<int8_t>();
+  at::parallel_for(0, n / TILE_N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t nb = begin; nb < end; ++nb)
+      for (int64_t col = 0; col < TILE_N; ++col)
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const int64_t block = kk / TILE_K, row = (kk % TILE_K) / 4;
+          dst[((nb * k_blocks + block) * (TILE_K / 4) + row) * TILE_N * 4 + col * 4 + kk % 4] =
+              src[(nb * TILE_N + col) * k + kk];
+        }
+  });
+  return packed;
+}
+
+// x [M, K] fp32; packed from pack_weight; w_scale and bias [N padded to 16] fp32. Returns [M, out_features] fp32.
+torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                          const torch::Tensor& bias, int64_t out_features) {
+  TORCH_CHECK(amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "int8_linear takes 2-D fp32 activations");
+  const auto xc = x.contiguous();
+  const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
+  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
+  TORCH_CHECK(out_features <= n_blocks * TILE_N && w_scale.numel() == n_blocks * TILE_N, "bad output features");
+  auto y = torch::empty({m, out_features}, torch::kFloat);
+  if (m == 0) return y;
+  const int64_t m_tiles = (m + TILE_M - 1) / TILE_M;
+  auto blocked = torch::empty({m_tiles, k_blocks, TILE_M, TILE_K}, torch::kInt8);
+  auto x_scale = torch::empty({m}, torch::kFloat);
+  const float* xp = xc.data_ptr<float>();
+  int8_t* q = blocked.data_ptr<int8_t>();
+  float* xs = x_scale.data_ptr<float>();
+  at::parallel_for(0, m, TILE_M, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, k_blocks, i, q);
+  });
+  const int8_t* wp = packed.data_ptr<int8_t>();
+  const float* ws = w_scale.data_ptr<float>();
+  const float* bp = bias.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n_blocks, 1, [&](int64_t begin, int64_t end) {
+    alignas(64) int32_t acc[C_TILES][TILE_M * TILE_N];
+    configure_tiles();
+    for (int64_t m0 = 0; m0 < m_tiles; m0 += C_TILES) {
+      const int live = static_cast<int>(std::min<int64_t>(C_TILES, m_tiles - m0));
+      for (int64_t nb = begin; nb < end; ++nb) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        const int8_t* b_tiles = wp + nb * k_blocks * TILE_BYTES;
+        const int8_t* a_tiles = q + m0 * k_blocks * TILE_BYTES;
+        for (int64_t b = 0; b < k_blocks; ++b) {
+          const char* ahead = reinterpret_cast<const char*>(b_tiles + (b + PREFETCH_TILES) * TILE_BYTES);
+          for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+          _tile_loadd(B_TILE, b_tiles + b * TILE_BYTES, TILE_N * 4);
+          const int8_t* a = a_tiles + b * TILE_BYTES;
+#define VLABENCH_MAC(T)                                                 \
+  if (T < live) {                                                       \
+    _tile_loadd(A_TILE, a + T * k_blocks * TILE_BYTES, TILE_K);        \
+    _tile_dpbssd(T, A_TILE, B_TILE);                                    \
+  }
+          VLABENCH_MAC(0)
+          VLABENCH_MAC(1)
+          VLABENCH_MAC(2)
+          VLABENCH_MAC(3)
+#undef VLABENCH_MAC
+        }
+        _tile_stored(0, acc[0], TILE_N * 4);
+        _tile_stored(1, acc[1], TILE_N * 4);
+        _tile_stored(2, acc[2], TILE_N * 4);
+        _tile_stored(3, acc[3], TILE_N * 4);
+        const int64_t n0 = nb * TILE_N;
+        const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
+        const __m512 wsv = _mm512_loadu_ps(ws + n0), bv = _mm512_loadu_ps(bp + n0);
+        for (int t = 0; t < live; ++t)
+          for (int r = 0; r < TILE_M; ++r) {
+            const int64_t row = (m0 + t) * TILE_M + r;
+            if (row >= m) break;
+            const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(acc[t] + r * TILE_N));
+            const __m512 value = _mm512_fmadd_ps(_mm512_mul_ps(sum, _mm512_set1_ps(xs[row])), wsv, bv);
+            _mm512_mask_storeu_ps(yp + row * out_features + n0, columns, value);
+          }
+      }
+    }
+    _tile_release();
+  });
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("pack_weight", &pack_weight, "int8 [N, K] weight -> AMX tile-packed layout");
+  module.def("int8_linear", &int8_linear, "dynamic per-row int8 activations x packed int8 weight, on AMX");
+}

@@ -1,0 +1,119 @@
+"""vlabench's own int8 linear on Intel AMX, for the action expert's small-M GEMMs (issue 19, section 3).
+
+Why it exists: at the expert's shapes (50 rows, K and N of 720–2048) oneDNN's int8 GEMM (``torch._int_mm``, the
+kernel behind torchao's dynamic int8 on CPU) ran at a fraction of this CPU's measured int8 peak and streamed
+weights at about a quarter of its read bandwidth (``benchmarks/expert_profile.py``; ``benchmarks/amx_linear.py``
+measures both side by side). The kernel (``amx_int8.cpp``) quantizes the activations per row, multiplies on AMX
+tiles against a weight packed once at load, and dequantizes in the same pass; the scheme is torchao's dynamic
+int8 (weights per-channel symmetric, activations per-token symmetric).
+
+It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
+cached by torch under ``TORCH_EXTENSIONS_DIR``) and registered as the custom op ``vlabench::amx_int8_linear``, so
+``torch.compile`` keeps it as one opaque call. ``unavailable_reason()`` says why it cannot run on a host.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor, nn
+
+from vlabench.errors import UnavailableError
+from vlabench.hardware.detection import read_cpu_flags
+
+SOURCE = Path(__file__).with_name("amx_int8.cpp")
+REQUIRED_FLAGS = ("amx_tile", "amx_int8", "avx512f", "avx512bw")
+COMPILE_FLAGS = ["-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-fopenmp"]
+TILE_N = 16  # output features are padded to whole 16-column tiles
+QMAX = 127.0
+
+
+def unavailable_reason() -> str | None:
+    """None when the kernel can be built and run here, else why not (checked before any compiling)."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"the AMX int8 kernel needs Linux on x86-64 (this is {sys.platform} {platform.machine()})"
+    missing = [flag for flag in REQUIRED_FLAGS if flag not in read_cpu_flags()]
+    if missing:
+        return f"the AMX int8 kernel needs a CPU with {', '.join(REQUIRED_FLAGS)} (missing here: {', '.join(missing)})"
+    if shutil.which("ninja") is None:
+        return "the AMX int8 kernel is compiled on first use and needs ninja (pip install ninja)"
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    if shutil.which(get_cxx_compiler()) is None:
+        return f"the AMX int8 kernel is compiled on first use and needs a C++ compiler ({get_cxx_compiler()} not found)"
+    return None
+
+
+@functools.cache
+def extension() -> ModuleType:
+    """The compiled kernel (built once per source version, then loaded from torch's extension cache)."""
+    reason = unavailable_reason()
+    if reason:
+        raise UnavailableError(reason)
+    from torch.utils.cpp_extension import load
+
+    version = hashlib.sha256(SOURCE.read_bytes() + " ".join(COMPILE_FLAGS).encode()).hexdigest()[:12]
+    try:
+        return load(
+            f"vlabench_amx_int8_{version}",
+            [str(SOURCE)],
+            extra_cflags=COMPILE_FLAGS,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
+        tail = "\n".join(str(exc).strip().splitlines()[-5:])
+        raise UnavailableError(f"building the AMX int8 kernel failed:\n{tail}") from exc
+
+
+@torch.library.custom_op("vlabench::amx_int8_linear", mutates_args=())
+def amx_int8_linear(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
+    """fp32 ``x`` [M, K] times the packed int8 weight, activations quantized per row inside: fp32 [M, N]."""
+    return extension().int8_linear(x, packed, w_scale, bias, out_features)
+
+
+@amx_int8_linear.register_fake
+def _(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
+    return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
+
+
+def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-output-channel symmetric int8: (codes [N, K], scales [N]), scale = absmax / 127 (1 for a zero row)."""
+    weight = weight.detach().float()
+    absmax = weight.abs().amax(dim=1)
+    scales = torch.where(absmax > 0, absmax / QMAX, torch.ones_like(absmax))
+    codes = torch.round(weight / scales[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    return codes, scales
+
+
+def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
+    return torch.cat([tensor, tensor.new_zeros((rows - tensor.shape[0], *tensor.shape[1:]))])
+
+
+class AmxInt8Linear(nn.Module):
+    """A Linear whose weight is int8 in the AMX kernel's packed layout; fp32 (or any float) in, the same dtype out."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        codes, scales = quantize_weight(linear.weight)
+        padded = -(-self.out_features // TILE_N) * TILE_N
+        bias = linear.bias.detach().float() if linear.bias is not None else scales.new_zeros(self.out_features)
+        self.register_buffer("packed", extension().pack_weight(_pad_rows(codes, padded)))
+        self.register_buffer("w_scale", _pad_rows(scales, padded))
+        self.register_buffer("bias", _pad_rows(bias, padded))
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features).float()
+        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features)
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX"

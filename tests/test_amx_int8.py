@@ -1,0 +1,129 @@
+"""vlabench's AMX int8 linear (``kernels/amx_int8.py``) against an exact integer reference, under torch.compile,
+and as the torch backends' CPU int8 scheme on every model family; where it cannot run, why, and the fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlabench.errors import UnavailableError
+from vlabench.kernels import amx_int8
+
+CPU = torch.device("cpu")
+REASON = amx_int8.unavailable_reason()
+needs_amx = pytest.mark.skipif(REASON is not None, reason=f"the AMX int8 kernel cannot run here: {REASON}")
+
+
+def symmetric_codes(rows: torch.Tensor, multiply_by_inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8 codes (round half to even) and scales absmax / 127, in fp32 (1 for a zero row)."""
+    scale = rows.abs().amax(dim=1, keepdim=True) / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    scaled = rows * (1 / scale) if multiply_by_inverse else rows / scale  # the kernel multiplies by the inverse
+    return torch.round(scaled).clamp(-127, 127), scale
+
+
+def reference(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+    """The scheme in plain torch: rows of x and of W quantized to int8, exact integer dot products (float64),
+    rescaled."""
+    x_codes, x_scale = symmetric_codes(x.reshape(-1, linear.in_features).float(), multiply_by_inverse=True)
+    w_codes, w_scale = symmetric_codes(linear.weight.detach().float(), multiply_by_inverse=False)
+    out = (x_codes.double() @ w_codes.double().t()) * x_scale.double() * w_scale.double().t()
+    if linear.bias is not None:
+        out = out + linear.bias.double()
+    return out.reshape(*x.shape[:-1], linear.out_features)
+
+
+@needs_amx
+@pytest.mark.parametrize(
+    ("rows", "in_features", "out_features"),
+    [(1, 64, 16), (50, 720, 2048), (65, 100, 40), (130, 1152, 272), (16, 2048, 720), (7, 33, 5)],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_the_integer_reference(rows, in_features, out_features, bias):
+    """Row counts around the 16-row tiles and the 64-row block, widths off the 64-byte tiles, outputs off 16."""
+    torch.manual_seed(rows * in_features + out_features)
+    linear = torch.nn.Linear(in_features, out_features, bias=bias)
+    x = torch.randn(rows, in_features) * 3
+    out = amx_int8.AmxInt8Linear(linear)(x)
+    assert out.shape == (rows, out_features) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), reference(x, linear), rtol=1e-5, atol=1e-5)
+
+
+@needs_amx
+def test_keeps_batch_dims_and_dtype_and_zero_rows():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 48)
+    x = torch.randn(2, 5, 96).to(torch.bfloat16)
+    x[1, 3] = 0
+    out = amx_int8.AmxInt8Linear(linear)(x)
+    assert out.shape == (2, 5, 48) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out[1, 3].float(), linear.bias.detach().to(torch.bfloat16).float())
+    torch.testing.assert_close(out.double(), reference(x.float(), linear), rtol=2e-2, atol=2e-2)
+
+
+@needs_amx
+def test_compiles_as_one_opaque_call():
+    """fullgraph compile keeps the custom op (no graph break) and gives the eager result."""
+    torch.manual_seed(1)
+    module = amx_int8.AmxInt8Linear(torch.nn.Linear(200, 80))
+    x = torch.randn(3, 17, 200)
+    compiled = torch.compile(module, fullgraph=True, dynamic=False)
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled(x), module(x), rtol=0, atol=0)
+
+
+def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
+    """On a CPU without AMX (recorded flags of an AVX-512 Xeon without AMX) the reason lists what is missing."""
+    flags = {"avx2", "avx512f", "avx512bw", "avx512_vnni", "fma"}
+    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: flags)
+    reason = amx_int8.unavailable_reason()
+    assert reason is not None and "missing here: amx_tile, amx_int8" in reason
+
+
+def test_the_int8_scheme_falls_back_to_torchao_with_the_reason(monkeypatch):
+    from vlabench.backends import torch_quantize
+
+    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda: "no AMX on this CPU")
+    assert torch_quantize.choose_int8_scheme(CPU, None) == ("torchao", "no AMX on this CPU")
+    assert torch_quantize.choose_int8_scheme(CPU, "torchao") == ("torchao", None)
+    with pytest.raises(UnavailableError, match="no AMX on this CPU"):
+        torch_quantize.choose_int8_scheme(CPU, "amx")
+    with pytest.raises(UnavailableError, match="CPU int8 scheme"):
+        torch_quantize.choose_int8_scheme(torch.device("cuda"), "amx")
+
+
+FAMILIES = ["smolvla-tiny", "pi0-tiny", "gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny", "openvla-7b-tiny"]
+
+
+@needs_amx
+@pytest.mark.parametrize("name", FAMILIES)
+def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
+    """Every Linear the scheme takes runs on the kernel, and the actions stay within the int8 gate."""
+    pytest.importorskip("torchao")
+    from tests.test_quantized_runtimes import check, run_against_reference
+    from vlabench.backends.torch_backend import TorchBackend
+
+    policy = TorchBackend(quant_scheme="amx").prepare(*tiny_inputs(name)[:2], CPU, "int8", 0)
+    details = policy.details()
+    assert details["quantization_scheme"] == "amx" and "AMX" in details["quantization"]
+    kernels = sum(isinstance(m, amx_int8.AmxInt8Linear) for m in policy.model.modules())
+    assert kernels == details["quantized_linears"] > 0
+    actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")
+    assert torch.isfinite(actions).all()
+    check(verdict, agreement, name, "int8")
+
+
+@needs_amx
+@pytest.mark.parametrize("name", ["smolvla-tiny", "act-tiny"])
+def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
+    from tests.test_quantized_runtimes import run_against_reference
+    from vlabench.backends.torch_backend import TorchBackend
+    from vlabench.backends.torch_compile_backend import TorchCompileBackend
+
+    spec, workload = tiny_inputs(name)[:2]
+    compiled = TorchCompileBackend().prepare(spec, workload, CPU, "int8", 0)
+    eager = TorchBackend().prepare(spec, workload, CPU, "int8", 0)
+    assert compiled.details()["quantization_scheme"] == "amx" and compiled.details()["compile_total_s"] > 0
+    ours, _, _ = run_against_reference(compiled, name, tiny_inputs, "int8")
+    theirs, _, _ = run_against_reference(eager, name, tiny_inputs, "int8")
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
