@@ -20,7 +20,8 @@ constexpr int TILE_M = 16, TILE_N = 16, TILE_K = 64, C_TILES = 4;
 #define A_TILE 4
 #define B_TILE 5
 constexpr int TILE_BYTES = TILE_M * TILE_K;
-constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
+constexpr int PREFETCH_TILES = 16;
+constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size  // whole weight tiles prefetched ahead of the one in use
 constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
 
 struct TileConfig {
@@ -106,7 +107,8 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
   const float* xp = xc.data_ptr<float>();
   int8_t* q = blocked.data_ptr<int8_t>();
   float* xs = x_scale.data_ptr<float>();
-  at::parallel_for(0, m, TILE_M, [&](int64_t begin, int64_t end) {
+  const int64_t rows_inline = std::max<int64_t>(TILE_M, QUANTIZE_INLINE_VALUES / k);  // small x: no fork/join
+  at::parallel_for(0, m, rows_inline, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, k_blocks, i, q);
   });
   const int8_t* wp = packed.data_ptr<int8_t>();
@@ -163,7 +165,13 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
   return y;
 }
 
+// The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
+TORCH_LIBRARY(vlabench, library) {
+  library.def("amx_int8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vlabench, CPU, library) { library.impl("amx_int8_linear", &int8_linear); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pack_weight", &pack_weight, "int8 [N, K] weight -> AMX tile-packed layout");
-  module.def("int8_linear", &int8_linear, "dynamic per-row int8 activations x packed int8 weight, on AMX");
 }

@@ -8,8 +8,9 @@ tiles against a weight packed once at load, and dequantizes in the same pass; th
 int8 (weights per-channel symmetric, activations per-token symmetric).
 
 It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
-cached by torch under ``TORCH_EXTENSIONS_DIR``) and registered as the custom op ``vlabench::amx_int8_linear``, so
-``torch.compile`` keeps it as one opaque call. ``unavailable_reason()`` says why it cannot run on a host.
+cached by torch under ``TORCH_EXTENSIONS_DIR``); loading it registers the operator ``vlabench::amx_int8_linear``
+with torch's dispatcher (eager calls go straight to C++; ``torch.compile`` keeps it as one opaque call).
+``unavailable_reason()`` says why it cannot run on a host.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def extension() -> ModuleType:
 
     version = hashlib.sha256(SOURCE.read_bytes() + " ".join(COMPILE_FLAGS).encode()).hexdigest()[:12]
     try:
-        return load(
+        module = load(
             f"vlabench_amx_int8_{version}",
             [str(SOURCE)],
             extra_cflags=COMPILE_FLAGS,
@@ -71,16 +72,12 @@ def extension() -> ModuleType:
     except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
         raise UnavailableError(f"building the AMX int8 kernel failed:\n{tail}") from exc
+    torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
+    return module
 
 
-@torch.library.custom_op("vlabench::amx_int8_linear", mutates_args=())
-def amx_int8_linear(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
-    """fp32 ``x`` [M, K] times the packed int8 weight, activations quantized per row inside: fp32 [M, N]."""
-    return extension().int8_linear(x, packed, w_scale, bias, out_features)
-
-
-@amx_int8_linear.register_fake
-def _(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
+def _output_like(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
+    """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: fp32 [M, out_features]."""
     return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
 
 
