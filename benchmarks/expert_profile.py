@@ -9,7 +9,8 @@ For each variant the step is first timed without a profiler (p50 over ``--timed-
 runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with their children) or OpenVINO's
 ``PERF_COUNT`` (per executed node). Each op lands in one class:
 
-- ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, OpenVINO
+- ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, vlabench's
+  ``vlabench::amx_int8_linear``, OpenVINO
   ``FullyConnected`` and, after int8 PTQ, ``FullyConnectedQuantizedLegacy``); their floor is the roofline's for
   every operator but ``attention``;
 - ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``;
@@ -69,6 +70,7 @@ TORCH_CLASS = {
     "aten::linear": "weight matmuls",
     "aten::_weight_int4pack_mm_for_cpu": "weight matmuls",
     "aten::_int_mm": "weight matmuls",
+    "vlabench::amx_int8_linear": "weight matmuls",
     "aten::scaled_dot_product_attention": "attention",
     "aten::repeat_interleave": "K/V expansion (GQA)",
 }
@@ -130,7 +132,8 @@ def timed_steps(policy, x_t, t, cache, count: int) -> list[float]:
 
 
 def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], float]:
-    """Per class, milliseconds per step of the top-level aten ops (children included); and the profiled wall."""
+    """Per class, milliseconds per step of the top-level aten and vlabench ops (children included); and the
+    profiled wall."""
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -140,7 +143,7 @@ def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], 
         wall_ms = (perf_counter_ns() - begin) / 1e6
     classes: dict[str, float] = defaultdict(float)
     for event in prof.events():
-        if event.cpu_parent is None and event.name.startswith("aten::"):
+        if event.cpu_parent is None and event.name.startswith(("aten::", "vlabench::")):
             classes[torch_class(event.name)] += event.cpu_time_total / 1e3
     return classes, wall_ms
 
