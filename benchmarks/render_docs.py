@@ -82,6 +82,11 @@ def table(header: list[str], rows: list[list[str]], align: str | None = None) ->
     return "\n".join(lines)
 
 
+def captioned(intro: str, body: str, meta: dict) -> str:
+    """A generated block: its intro line, the body (a table), its provenance line."""
+    return "\n".join([intro, "", body, "", provenance(meta)])
+
+
 def provenance(meta: dict, what: str = "Produced by") -> str:
     """One line: command, date, revision, CPU, load average, wall time."""
     cpu = meta["cpu"]
@@ -232,17 +237,13 @@ def render_hardware(root: Path) -> str:
         "fits",
         f"{doc['control_hz']:g} Hz ({doc['execution']})",
     ]
-    lines = [
+    intro = (
         f"All figures **projected** (not measured) for the `{doc['stack']}` stack by `vlabench project`: per-operator "
         "roofline ÷ the stack's fitted share of peak + kernels × cost per kernel × the device's host factor, fitted on "
         "the published latencies (`profiles/reported/latencies.yaml`). *error band*: the stack's median "
-        "leave-one-out error. The gate is per-step: one inference per control step.",
-        "",
-        table(header, rows, "lllrrrrrrll"),
-        "",
-        provenance(meta),
-    ]
-    return "\n".join(lines)
+        "leave-one-out error. The gate is per-step: one inference per control step."
+    )
+    return captioned(intro, table(header, rows, "lllrrrrrrll"), meta)
 
 
 def render_projection_error(root: Path) -> str:
@@ -752,15 +753,11 @@ def render_amx_linear(root: Path) -> str:
         rows.append(cells)
     header = ["rows×in→out", "amx hot ms", "torchao hot ms", "hot ×", "amx cold ms", "torchao cold ms", "cold ×"]
     header += ["amx cold TOP/s", "amx cold weight GB/s"]
-    lines = [
+    intro = (
         f"`{doc['model']}` action expert shapes, {doc['threads']} threads, flags {', '.join(doc['cpu']['flags'])}; "
-        "median (min–max) ms per call:",
-        "",
-        table(header, rows, "lrrrrrrrr"),
-        "",
-        provenance(meta),
-    ]
-    return "\n".join(lines)
+        "median (min–max) ms per call:"
+    )
+    return captioned(intro, table(header, rows, "lrrrrrrrr"), meta)
 
 
 @dataclass(frozen=True)
