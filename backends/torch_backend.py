@@ -9,11 +9,11 @@ import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.torch_quantize import INT8_SCHEMES, build_quantized_replica, quantized_precisions
+from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica, quantized_precisions
 from vlabench.errors import UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
-from vlabench.models.replicas import Observation, PrefixCache, build_replica
+from vlabench.models.replicas import Observation, PrefixCache
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
 from vlabench.vocab import Precision
@@ -111,12 +111,7 @@ class TorchBackend(Backend):
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
-        quantization = None
-        if Precision.is_quantized(precision):
-            model, quantizer = build_quantized_replica(spec, seed, precision, device, self.quant_scheme)
-            quantization = quantizer.details()
-        else:
-            model = build_replica(spec, seed, Precision.DTYPES[precision], device)
+        model, quantization = build_torch_replica(spec, seed, precision, device, self.quant_scheme)
         hoister = ExpertKVHoister(model, workload.suffix_tokens) if self.fuse_expert_kv else None
         return TorchPolicy(model, device, hoister, quantization)
 

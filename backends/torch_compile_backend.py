@@ -16,11 +16,11 @@ from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
 from vlabench.backends.torch_backend import TorchBackend, parameters_target, torch_device_for
-from vlabench.backends.torch_quantize import INT8_SCHEMES, build_quantized_replica
+from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
 from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
-from vlabench.models.replicas import Observation, PrefixCache, build_replica
+from vlabench.models.replicas import Observation, PrefixCache
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
@@ -244,12 +244,7 @@ class TorchCompileBackend(Backend):
         if self.fuse_denoise_loop and workload.sampler != "euler":
             raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
         sampler = make_sampler(spec, workload, device)
-        quantization = None
-        if Precision.is_quantized(precision):
-            model, quantizer = build_quantized_replica(spec, seed, precision, device, self.quant_scheme)
-            quantization = quantizer.details()
-        else:
-            model = build_replica(spec, seed, dtype, device)
+        model, quantization = build_torch_replica(spec, seed, precision, device, self.quant_scheme)
         policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization)
         noise = initial_noise(workload, seed, dtype, device)
         cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)

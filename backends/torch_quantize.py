@@ -244,3 +244,13 @@ def build_quantized_replica(
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, Precision.dtype(precision), device, transform=quantizer)
     return model, quantizer
+
+
+def build_torch_replica(
+    spec: ModelSpec, seed: int, precision: str, device: torch.device, int8_scheme: str | None = None
+) -> tuple[nn.Module, dict[str, Any] | None]:
+    """The torch backends' replica at any precision, with its quantization details (None for a float one)."""
+    if not Precision.is_quantized(precision):
+        return build_replica(spec, seed, Precision.DTYPES[precision], device), None
+    model, quantizer = build_quantized_replica(spec, seed, precision, device, int8_scheme)
+    return model, quantizer.details()
