@@ -3,7 +3,10 @@
 The replica is built module by module (``build_replica(transform=...)``): each Linear is filled with its seeded
 fp32 weights and quantized at once, so the float model never exists whole (OpenVLA-7B: 30 GB at fp32) and peak
 memory is the quantized model plus one float layer. Everything but the Linear layers (embeddings, norms,
-convolutions, the LM head read as a matrix) stays at fp32, as do activations between layers.
+convolutions, the LM head read as a matrix) stays float, as do activations between layers: fp32, except under the
+AMX int8 scheme, whose CPUs run bf16 natively (AMX-BF16, AVX512-BF16; the kernel reads and writes bf16 itself):
+there the float parts run in bf16, as OpenVINO's CPU plugin runs them by default on such CPUs, and the weights
+are quantized from their bf16 values. Either way the run's inputs and actions stay fp32 (``ComputeDtype``).
 
 Schemes, per device type:
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import warnings
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -46,8 +50,9 @@ INT4_ACTIVATIONS = torch.bfloat16
 INT8_SCHEMES = ("amx", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
 AMX_SCHEME = (
     "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
-    "int32 accumulation on AMX tiles)"
+    "int32 accumulation on AMX tiles; float parts in bf16)"
 )
+AMX_ACTIVATIONS = torch.bfloat16  # the float parts' dtype under the AMX scheme (the kernel's CPUs run it natively)
 SCHEMES = {
     ("cpu", "int8"): "torchao int8 dynamic activation + int8 weight (weights int8 per-channel symmetric, "
     "activations int8 per-token dynamic)",
@@ -181,6 +186,11 @@ class Quantizer:
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
 
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        """The dtype of the replica's float parts and the activations between its layers."""
+        return AMX_ACTIVATIONS if self.int8_scheme == "amx" else Precision.dtype(self.precision)
+
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
@@ -231,6 +241,7 @@ class Quantizer:
             "quantization": text,
             "quantized_linears": len(self.quantized),
             "quantized_weight_share": round(sum(self.quantized.values()) / total, 4) if total else 0.0,
+            "float_activations": next(n for n, d in Precision.DTYPES.items() if d == self.activation_dtype),
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
             **({"amx_kernel_unavailable": self.amx_passed_over} if self.amx_passed_over else {}),
@@ -240,10 +251,50 @@ class Quantizer:
 def build_quantized_replica(
     spec: ModelSpec, seed: int, precision: str, device: torch.device, int8_scheme: str | None = None
 ) -> tuple[nn.Module, Quantizer]:
-    """The seeded replica with its Linear layers quantized as they are built (never whole at fp32)."""
+    """The seeded replica with its Linear layers quantized as they are built (never whole at fp32); its inputs and
+    outputs at the run's dtype for ``precision`` whatever its float parts run in."""
     quantizer = Quantizer(device, precision, int8_scheme)
-    model = build_replica(spec, seed, Precision.dtype(precision), device, transform=quantizer)
-    return model, quantizer
+    model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
+    boundary = Precision.dtype(precision)
+    return (model if quantizer.activation_dtype == boundary else ComputeDtype(model, boundary)), quantizer
+
+
+class ComputeDtype(nn.Module):
+    """A replica whose float parts run in another dtype than the run's inputs and actions: floating inputs are cast
+    in, velocities cast back out; image tokens and caches stay inside in the replica's own dtype. The flow time
+    ``t`` goes in as given: the replicas take its sine-cosine embedding in fp32 from it, and bf16 would already
+    have moved t = 0.9 to 0.898 (``backends/openvino_ir.py`` pins that chain to f32 for the same reason). Every
+    other attribute is the replica's."""
+
+    def __init__(self, replica: nn.Module, boundary: torch.dtype) -> None:
+        super().__init__()
+        self.replica, self.boundary = replica, boundary
+        self.compute = next(t.dtype for t in replica.parameters() if t.is_floating_point())
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["replica"], name)
+
+    def _inside(self, value: Any) -> Any:
+        """A floating tensor in the replica's dtype; an observation with its floating fields so; the rest as is."""
+        if isinstance(value, Tensor):
+            return value.to(self.compute) if value.is_floating_point() else value
+        return replace(value, **{f.name: self._inside(getattr(value, f.name)) for f in fields(value)})
+
+    def embed_images(self, images: Tensor) -> Tensor:
+        return self.replica.embed_images(self._inside(images))
+
+    def prefill(self, obs: Any, image_tokens: Tensor) -> Any:
+        return self.replica.prefill(self._inside(obs), image_tokens)
+
+    def prefix(self, obs: Any) -> Any:
+        return self.prefill(obs, self.embed_images(obs.images))
+
+    def denoise_step(self, x_t: Tensor, t: Tensor, cache: Any) -> Tensor:
+        velocity = self.replica.denoise_step(self._inside(x_t), t, cache)  # t as given: see the class docstring
+        return velocity.to(self.boundary)
 
 
 def build_torch_replica(

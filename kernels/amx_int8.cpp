@@ -20,8 +20,8 @@ constexpr int TILE_M = 16, TILE_N = 16, TILE_K = 64, C_TILES = 4;
 #define A_TILE 4
 #define B_TILE 5
 constexpr int TILE_BYTES = TILE_M * TILE_K;
-constexpr int PREFETCH_TILES = 16;
-constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size  // whole weight tiles prefetched ahead of the one in use
+constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
+constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
 constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
 
 struct TileConfig {
@@ -48,23 +48,39 @@ void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
+// 16 activations as fp32, from fp32 or bf16 (a bf16 is the upper half of an fp32).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const at::BFloat16* p) {
+  const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const at::BFloat16* p) { return static_cast<float>(*p); }
+
+// 16 outputs, masked to the live columns, as fp32 or as bf16 (rounded to nearest even, as torch rounds).
+inline void store16(float* p, __mmask16 live, __m512 v) { _mm512_mask_storeu_ps(p, live, v); }
+inline void store16(at::BFloat16* p, __mmask16 live, __m512 v) {
+  _mm256_mask_storeu_epi16(p, live, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
 // Row i of x, quantized into the blocked layout [m_tile][k_block][16 rows][64 bytes]. Bytes past column k and rows
 // past m stay unset: the packed weight is zero past k, and rows past m are never stored.
-float quantize_row(const float* row, int64_t k, int64_t k_blocks, int64_t i, int8_t* blocked) {
+template <typename T>
+float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t* blocked) {
   __m512 vmax = _mm512_setzero_ps();
   int64_t j = 0;
-  for (; j + 16 <= k; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + j)));
+  for (; j + 16 <= k; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(row + j)));
   float amax = _mm512_reduce_max_ps(vmax);
-  for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
+  for (; j < k; ++j) amax = std::max(amax, std::fabs(load1(row + j)));
   const float scale = amax > 0.f ? amax / 127.f : 1.f;
   const __m512 inverse = _mm512_set1_ps(1.f / scale);
   int8_t* base = blocked + ((i / TILE_M) * k_blocks * TILE_M + i % TILE_M) * TILE_K;
   auto at = [&](int64_t col) { return base + (col / TILE_K) * TILE_BYTES + col % TILE_K; };
   for (j = 0; j + 16 <= k; j += 16) {
-    const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + j), inverse));
+    const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(load16(row + j), inverse));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(at(j)), _mm512_cvtsepi32_epi8(codes));
   }
-  for (; j < k; ++j) *at(j) = static_cast<int8_t>(std::nearbyint(std::clamp(row[j] / scale, -127.f, 127.f)));
+  for (; j < k; ++j) *at(j) = static_cast<int8_t>(std::nearbyint(std::clamp(load1(row + j) / scale, -127.f, 127.f)));
   return scale;
 }
 }  // namespace
@@ -90,21 +106,16 @@ torch::Tensor pack_weight(const torch::Tensor& weight) {
   return packed;
 }
 
-// x [M, K] fp32; packed from pack_weight; w_scale and bias [N padded to 16] fp32. Returns [M, out_features] fp32.
-torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
-                          const torch::Tensor& bias, int64_t out_features) {
-  TORCH_CHECK(amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "int8_linear takes 2-D fp32 activations");
-  const auto xc = x.contiguous();
+namespace {
+// y = x W^T, T the activations' type (fp32 or bf16) in and out; y is allocated [m, out_features].
+template <typename T>
+void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                 const torch::Tensor& bias, int64_t out_features, torch::Tensor& y) {
   const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
-  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
-  TORCH_CHECK(out_features <= n_blocks * TILE_N && w_scale.numel() == n_blocks * TILE_N, "bad output features");
-  auto y = torch::empty({m, out_features}, torch::kFloat);
-  if (m == 0) return y;
   const int64_t m_tiles = (m + TILE_M - 1) / TILE_M;
   auto blocked = torch::empty({m_tiles, k_blocks, TILE_M, TILE_K}, torch::kInt8);
   auto x_scale = torch::empty({m}, torch::kFloat);
-  const float* xp = xc.data_ptr<float>();
+  const T* xp = xc.data_ptr<T>();
   int8_t* q = blocked.data_ptr<int8_t>();
   float* xs = x_scale.data_ptr<float>();
   const int64_t rows_inline = std::max<int64_t>(TILE_M, QUANTIZE_INLINE_VALUES / k);  // small x: no fork/join
@@ -114,7 +125,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
   const int8_t* wp = packed.data_ptr<int8_t>();
   const float* ws = w_scale.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+  T* yp = y.data_ptr<T>();
   at::parallel_for(0, n_blocks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) int32_t acc[C_TILES][TILE_M * TILE_N];
     configure_tiles();
@@ -156,14 +167,36 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
             if (row >= m) break;
             const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(acc[t] + r * TILE_N));
             const __m512 value = _mm512_fmadd_ps(_mm512_mul_ps(sum, _mm512_set1_ps(xs[row])), wsv, bv);
-            _mm512_mask_storeu_ps(yp + row * out_features + n0, columns, value);
+            store16(yp + row * out_features + n0, columns, value);
           }
       }
     }
     _tile_release();
   });
+}
+}  // namespace
+
+// x [M, K] fp32 or bf16; packed from pack_weight; w_scale and bias [N padded to 16] fp32. Returns [M, out_features]
+// in x's dtype (the sums and the rescale are fp32 either way).
+torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                          const torch::Tensor& bias, int64_t out_features) {
+  TORCH_CHECK(amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
+              "int8_linear takes 2-D fp32 or bf16 activations");
+  const auto xc = x.contiguous();
+  const int64_t k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
+  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
+  TORCH_CHECK(out_features <= n_blocks * TILE_N && w_scale.numel() == n_blocks * TILE_N, "bad output features");
+  auto y = torch::empty({xc.size(0), out_features}, xc.options());
+  if (xc.size(0) == 0) return y;
+  if (dtype == torch::kFloat)
+    linear_into<float>(xc, packed, w_scale, bias, out_features, y);
+  else
+    linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, y);
   return y;
 }
+
 
 // The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
 TORCH_LIBRARY(vlabench, library) {

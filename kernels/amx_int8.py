@@ -30,10 +30,21 @@ from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
 
 SOURCE = Path(__file__).with_name("amx_int8.cpp")
-REQUIRED_FLAGS = ("amx_tile", "amx_int8", "avx512f", "avx512bw")
-COMPILE_FLAGS = ["-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-fopenmp"]
+REQUIRED_FLAGS = ("amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512_bf16")
+COMPILE_FLAGS = [
+    "-O3",
+    "-mamx-tile",
+    "-mamx-int8",
+    "-mavx512f",
+    "-mavx512bw",
+    "-mavx512vl",
+    "-mavx512dq",
+    "-mavx512bf16",
+    "-fopenmp",
+]
 TILE_N = 16  # output features are padded to whole 16-column tiles
 QMAX = 127.0
+KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # activation dtypes the kernel reads and writes as they are
 
 
 def unavailable_reason() -> str | None:
@@ -77,8 +88,8 @@ def extension() -> ModuleType:
 
 
 def _output_like(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
-    """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: fp32 [M, out_features]."""
-    return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
+    """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: [M, out_features] in x's dtype."""
+    return x.new_empty((x.shape[0], out_features))
 
 
 def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -95,7 +106,8 @@ def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
 
 
 class AmxInt8Linear(nn.Module):
-    """A Linear whose weight is int8 in the AMX kernel's packed layout; fp32 (or any float) in, the same dtype out."""
+    """A Linear whose weight is int8 in the AMX kernel's packed layout; any float in, the same dtype out (fp32 and
+    bf16 go through the kernel as they are, other dtypes through fp32)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -108,7 +120,8 @@ class AmxInt8Linear(nn.Module):
         self.register_buffer("bias", _pad_rows(bias, padded))
 
     def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, self.in_features).float()
+        flat = x.reshape(-1, self.in_features)
+        flat = flat if flat.dtype in KERNEL_DTYPES else flat.float()
         out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 

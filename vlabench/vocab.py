@@ -62,8 +62,9 @@ class Precision:
     """Numeric precisions: names, torch dtypes, bytes per weight element, and the default rule.
 
     ``fp32``/``bf16``/``fp16`` are float precisions (weights and activations in that dtype). ``int8`` and ``int4``
-    are quantized: weights stored in that many bits (and, where the runtime supports it, int8 activations), with
-    float activations in ``QUANTIZED_ACTIVATIONS`` elsewhere; each backend declares which it runs.
+    are quantized: weights stored in that many bits (and, where the runtime supports it, int8 activations); a
+    quantized run's inputs and outputs are ``QUANTIZED_ACTIVATIONS``, and each backend declares what its float parts
+    run in (fp32, or bf16 where the CPU runs it natively: OpenVINO's default, torch's AMX int8 scheme).
     """
 
     DTYPES: ClassVar[dict[str, torch.dtype]] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -73,7 +74,7 @@ class Precision:
     """Not a precision: ``--precision auto`` asks the planner for the fastest native precision that passes the gate."""
     BYTES: ClassVar[dict[str, float]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "int4": 0.5}
     QUANTIZED_ACTIVATIONS: ClassVar[torch.dtype] = torch.float32
-    """The dtype of a quantized model's inputs, outputs and float activations (CPU runtimes dequantize to fp32)."""
+    """The dtype of a quantized run's inputs and outputs (and of its float parts unless the backend says otherwise)."""
     REFERENCE = "fp32"
     REDUCED = ("bf16", "fp16")
     """Reduced float precisions in order of preference (bf16 keeps fp32's range)."""
@@ -91,7 +92,7 @@ class Precision:
 
     @staticmethod
     def dtype(name: str) -> torch.dtype:
-        """The torch dtype of a run's inputs, outputs and float activations at ``name``."""
+        """The torch dtype of a run's inputs and outputs at ``name`` (and, for float precisions, of everything)."""
         return Precision.QUANTIZED_ACTIVATIONS if name in Precision.QUANTIZED else Precision.DTYPES[name]
 
     @staticmethod
