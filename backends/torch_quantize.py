@@ -40,6 +40,7 @@ from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from vlabench.errors import UnavailableError
 from vlabench.models.replicas import build_replica
+from vlabench.models.replicas.layers import Attention
 from vlabench.models.specs import ModelSpec
 from vlabench.vocab import Precision
 
@@ -50,7 +51,7 @@ INT4_ACTIVATIONS = torch.bfloat16
 INT8_SCHEMES = ("amx", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
 AMX_SCHEME = (
     "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
-    "int32 accumulation on AMX tiles; float parts in bf16)"
+    "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)"
 )
 AMX_ACTIVATIONS = torch.bfloat16  # the float parts' dtype under the AMX scheme (the kernel's CPUs run it natively)
 SCHEMES = {
@@ -185,6 +186,7 @@ class Quantizer:
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
+        self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -192,6 +194,11 @@ class Quantizer:
         return AMX_ACTIVATIONS if self.int8_scheme == "amx" else Precision.dtype(self.precision)
 
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
+        if isinstance(module, Attention) and self.int8_scheme == "amx":
+            from vlabench.kernels.amx_attention import AmxAttention
+
+            self.attention_kernels += 1
+            return AmxAttention()
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module) if self.precision == "int4" else None
@@ -244,6 +251,7 @@ class Quantizer:
             "float_activations": next(n for n, d in Precision.DTYPES.items() if d == self.activation_dtype),
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
+            **({"amx_attention_modules": self.attention_kernels} if self.int8_scheme == "amx" else {}),
             **({"amx_kernel_unavailable": self.amx_passed_over} if self.amx_passed_over else {}),
         }
 

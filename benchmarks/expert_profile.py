@@ -13,7 +13,8 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
   ``vlabench::amx_int8_linear``, OpenVINO
   ``FullyConnected`` and, after int8 PTQ, ``FullyConnectedQuantizedLegacy``); their floor is the roofline's for
   every operator but ``attention``;
-- ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``;
+- ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``,
+  vlabench's ``vlabench::amx_attention``;
   OpenVINO fuses them into a ``Subgraph`` of four-dimensional inputs); floor: the ``attention`` rows;
 - ``K/V expansion (GQA)``: copies of the cached keys and values expanded to the query heads: OpenVINO's ``Tile``
   in the exported graphs (eager torch reads the shared heads in place, SDPA's ``enable_gqa``, so its class is
@@ -72,6 +73,7 @@ TORCH_CLASS = {
     "aten::_int_mm": "weight matmuls",
     "vlabench::amx_int8_linear": "weight matmuls",
     "aten::scaled_dot_product_attention": "attention",
+    "vlabench::amx_attention": "attention",
     "aten::repeat_interleave": "K/V expansion (GQA)",
 }
 OPENVINO_CLASS = {

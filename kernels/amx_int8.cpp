@@ -7,46 +7,22 @@
 // contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
 #include <torch/extension.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "amx_tiles.h"
+
 namespace {
-constexpr int TILE_M = 16, TILE_N = 16, TILE_K = 64, C_TILES = 4;
-// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3.
+using vlabench_amx::C_TILES;
+constexpr int TILE_M = vlabench_amx::TILE_ROWS, TILE_N = 16, TILE_K = vlabench_amx::TILE_ROW_BYTES;
+// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3 (vlabench_amx's layout).
 #define A_TILE 4
 #define B_TILE 5
 constexpr int TILE_BYTES = TILE_M * TILE_K;
 constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
 constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
-constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-
-struct TileConfig {
-  uint8_t palette_id = 1, start_row = 0, reserved[14] = {0};
-  uint16_t colsb[16] = {0};
-  uint8_t rows[16] = {0};
-};
-
-bool amx_permitted() {
-  static const bool permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  return permitted;
-}
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < C_TILES; ++t) {
-    cfg.rows[t] = TILE_M;
-    cfg.colsb[t] = TILE_N * 4;
-  }
-  cfg.rows[A_TILE] = TILE_M;
-  cfg.colsb[A_TILE] = TILE_K;
-  cfg.rows[B_TILE] = TILE_K / 4;
-  cfg.colsb[B_TILE] = TILE_N * 4;
-  _tile_loadconfig(&cfg);
-}
 
 // 16 activations as fp32, from fp32 or bf16 (a bf16 is the upper half of an fp32).
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
@@ -128,7 +104,7 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   T* yp = y.data_ptr<T>();
   at::parallel_for(0, n_blocks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) int32_t acc[C_TILES][TILE_M * TILE_N];
-    configure_tiles();
+    vlabench_amx::configure_tiles();
     for (int64_t m0 = 0; m0 < m_tiles; m0 += C_TILES) {
       const int live = static_cast<int>(std::min<int64_t>(C_TILES, m_tiles - m0));
       for (int64_t nb = begin; nb < end; ++nb) {
@@ -180,7 +156,7 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
 // in x's dtype (the sums and the rescale are fp32 either way).
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                           const torch::Tensor& bias, int64_t out_features) {
-  TORCH_CHECK(amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
+  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
   const auto dtype = x.scalar_type();
   TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
               "int8_linear takes 2-D fp32 or bf16 activations");

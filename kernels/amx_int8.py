@@ -29,12 +29,13 @@ from torch import Tensor, nn
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
 
-SOURCE = Path(__file__).with_name("amx_int8.cpp")
-REQUIRED_FLAGS = ("amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512_bf16")
+SOURCES = [Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h")]
+REQUIRED_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16")
 COMPILE_FLAGS = [
     "-O3",
     "-mamx-tile",
     "-mamx-int8",
+    "-mamx-bf16",
     "-mavx512f",
     "-mavx512bw",
     "-mavx512vl",
@@ -71,11 +72,12 @@ def extension() -> ModuleType:
         raise UnavailableError(reason)
     from torch.utils.cpp_extension import load
 
-    version = hashlib.sha256(SOURCE.read_bytes() + " ".join(COMPILE_FLAGS).encode()).hexdigest()[:12]
+    text = b"".join(path.read_bytes() for path in SOURCES) + " ".join(COMPILE_FLAGS).encode()
+    version = hashlib.sha256(text).hexdigest()[:12]
     try:
         module = load(
-            f"vlabench_amx_int8_{version}",
-            [str(SOURCE)],
+            f"vlabench_amx_{version}",
+            [str(path) for path in SOURCES if path.suffix == ".cpp"],
             extra_cflags=COMPILE_FLAGS,
             extra_ldflags=["-fopenmp"],
             verbose=False,
@@ -84,12 +86,18 @@ def extension() -> ModuleType:
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
         raise UnavailableError(f"building the AMX int8 kernel failed:\n{tail}") from exc
     torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
+    torch.library.register_fake("vlabench::amx_attention")(_attention_like)
     return module
 
 
 def _output_like(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
     """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: [M, out_features] in x's dtype."""
     return x.new_empty((x.shape[0], out_features))
+
+
+def _attention_like(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+    """What ``vlabench::amx_attention`` returns: a contiguous tensor shaped like q."""
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:

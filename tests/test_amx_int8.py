@@ -115,12 +115,16 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     pytest.importorskip("torchao")
     from tests.test_quantized_runtimes import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
+    from vlabench.kernels.amx_attention import AmxAttention
 
     policy = TorchBackend(quant_scheme="amx").prepare(*tiny_inputs(name)[:2], CPU, "int8", 0)
     details = policy.details()
     assert details["quantization_scheme"] == "amx" and "AMX" in details["quantization"]
     kernels = sum(isinstance(m, amx_int8.AmxInt8Linear) for m in policy.model.modules())
     assert kernels == details["quantized_linears"] > 0
+    attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
+    assert attention == details["amx_attention_modules"]
+    assert attention > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
     actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")
     assert torch.isfinite(actions).all()
     check(verdict, agreement, name, "int8")

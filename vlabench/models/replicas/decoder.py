@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vlabench.models.replicas.layers import GatedMLP, RMSNorm, SelfAttentionProjections, attention, merge_heads
+from vlabench.models.replicas.layers import GatedMLP, RMSNorm, SelfAttentionProjections, merge_heads
 from vlabench.models.specs import DecoderSpec, LanguageModelSpec
 
 
@@ -36,7 +36,7 @@ class DecoderLayer(nn.Module):
         x = self.input_layernorm(h)
         q, k, v = attn.queries_keys_values(x, cos, sin)
         all_k, all_v = (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)) if past else (k, v)
-        h = h + attn.o_proj(merge_heads(attention(q, all_k, all_v, bias)))
+        h = h + attn.o_proj(merge_heads(attn.attend(q, all_k, all_v, bias)))
         return h + self.mlp(self.post_attention_layernorm(h)), k, v
 
 

@@ -23,7 +23,6 @@ from vlabench.models.replicas.layers import (
     SelfAttentionProjections,
     additive_mask,
     apply_rope,
-    attention,
     block_mask,
     merge_heads,
     rope_cos_sin,
@@ -137,7 +136,7 @@ class ExpertLayer(nn.Module):
                 k = torch.cat([prefix_k, new_k], dim=2)
                 v = torch.cat([prefix_v, new_v], dim=2)
             bias = inputs.bias
-        out = attn.o_proj(merge_heads(attention(q, k, v, bias)))
+        out = attn.o_proj(merge_heads(attn.attend(q, k, v, bias)))
         h = h + (out if gate is None else out * gate)
         x, gate = self._norm(self.post_attention_layernorm, h, inputs.cond)
         out = self.mlp(x)

@@ -78,6 +78,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=q.shape[1] != k.shape[1])
 
 
+class Attention(nn.Module):
+    """The attention a block calls: ``attention``. A module of its own so a backend can swap in another kernel with
+    the same forward (``kernels/amx_attention.py``), as it swaps Linear layers."""
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+        return attention(q, k, v, bias)
+
+
 def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     """Boolean (B, S, T) "may attend" -> additive bias (B, 1, S, T); fully masked rows stay finite."""
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)[
@@ -116,6 +124,7 @@ class SelfAttentionProjections(nn.Module):
         self.k_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.attend = Attention()
         if qk_norm_eps is not None:  # Qwen3: RMSNorm over each head's queries and keys, before RoPE
             self.q_norm = RMSNorm(head_dim, qk_norm_eps)
             self.k_norm = RMSNorm(head_dim, qk_norm_eps)

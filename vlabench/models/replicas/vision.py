@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vlabench.models.replicas.layers import attention, merge_heads, split_heads
+from vlabench.models.replicas.layers import Attention, merge_heads, split_heads
 from vlabench.models.specs import VisionSpec
 
 
@@ -31,10 +31,11 @@ class SiglipAttention(nn.Module):
         self.k_proj = nn.Linear(spec.hidden, spec.hidden)
         self.v_proj = nn.Linear(spec.hidden, spec.hidden)
         self.out_proj = nn.Linear(spec.hidden, spec.hidden)
+        self.attend = Attention()
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (split_heads(proj(x), self.heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        return self.out_proj(merge_heads(attention(q, k, v, None)))
+        return self.out_proj(merge_heads(self.attend(q, k, v, None)))
 
 
 class SiglipMLP(nn.Module):

@@ -1,0 +1,206 @@
+// vlabench's bf16 attention on Intel AMX, for the replicas' float parts under the AMX int8 scheme (issue 19,
+// section 3): softmax(q k^T * scale + bias) v with grouped K/V heads, q, k, v and the output bf16.
+//
+// One task takes up to 64 query rows of one head. Scores run on AMX tiles (TDPBF16PS: bf16 pairs, fp32 sums) against
+// K packed once per call into whole 1 KB B tiles; the softmax runs in fp32 on AVX-512 and writes P as bf16; P V
+// runs on tiles again against V packed the same way. Keys past the last are zero in the packed K and V and get a
+// probability of exactly zero.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "amx_tiles.h"
+
+namespace {
+using bf16 = at::BFloat16;
+constexpr int ROWS = 4 * vlabench_amx::TILE_ROWS;  // query rows per task: one 16-row C tile each
+constexpr int PAIR_COLS = 32;                      // bf16 values in one 64-byte tile row
+constexpr int TILE_VALUES = vlabench_amx::TILE_ROWS * PAIR_COLS;  // bf16 values in one 1 KB tile
+
+// exp(x) for x <= 0 in fp32: 2^n * p(r), r = x - n ln2, degree-6 polynomial (relative error about 2e-7); exactly
+// zero below -87, where exp(x) would be denormal (slow to compute with, and zero to bf16's softmax anyway).
+inline __m512 exp_nonpositive(__m512 x) {
+  const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
+}
+
+inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
+
+// K [T, D] -> B tiles of q k^T: [T/16][D/32][16 pair rows][16 keys] pairs of bf16 (as uint32), zero past T.
+void pack_keys(const bf16* k, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
+  const auto* pairs = reinterpret_cast<const uint32_t*>(k);
+  auto* tiles = reinterpret_cast<uint32_t*>(out);
+  const int64_t row_pairs = d / 2;
+  for (int64_t tb = 0; tb < t_pad / 16; ++tb)
+    for (int64_t kb = 0; kb < d / PAIR_COLS; ++kb, tiles += 256)
+      for (int64_t key = 0; key < 16; ++key) {
+        const int64_t row = tb * 16 + key;
+        for (int64_t r = 0; r < 16; ++r) tiles[r * 16 + key] = row < t ? pairs[row * row_pairs + kb * 16 + r] : 0;
+      }
+}
+
+// V [T, D] -> B tiles of P v: [T/32][D/16][16 key pairs][16 columns][2], zero past T: each tile row interleaves
+// two rows of V.
+void pack_values(const bf16* v, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
+  auto* tiles = reinterpret_cast<__m512i*>(out);
+  auto row16 = [&](int64_t key, int64_t c) {
+    return key < t ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + key * d + c)))
+                   : _mm512_setzero_si512();
+  };
+  for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb)
+    for (int64_t c = 0; c < d; c += 16)
+      for (int64_t r = 0; r < 16; ++r, ++tiles) {
+        const int64_t key = kb * PAIR_COLS + 2 * r;
+        _mm512_storeu_si512(tiles, _mm512_or_si512(row16(key, c), _mm512_slli_epi32(row16(key + 1, c), 16)));
+      }
+}
+
+// Row i of the scores -> probabilities (bf16, zero past t): softmax(s * scale + bias).
+void softmax_row(float* s, const float* bias, int64_t t, int64_t t_pad, float scale, bf16* p) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < t; j += 16) {
+    const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + j), vscale);
+    if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(live, bias + j));
+    _mm512_mask_storeu_ps(s + j, live, x);
+    vmax = _mm512_mask_max_ps(vmax, live, vmax, x);
+  }
+  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < t; j += 16) {
+    const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
+    const __m512 e = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), top)));
+    _mm512_storeu_ps(s + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const __m512 inverse = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(vsum));
+  for (int64_t j = 0; j < t_pad; j += 16) {
+    const __m512 e = j < t ? _mm512_mul_ps(_mm512_loadu_ps(s + j), inverse) : _mm512_setzero_ps();
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), to_bf16(e));
+  }
+}
+
+#define VLABENCH_TILE_CASES(M) \
+  M(0)                         \
+  M(1)                         \
+  M(2)                         \
+  M(3)
+}  // namespace
+
+// q [B, H, S, D], k and v [B, Hk, T, D] (H a multiple of Hk), all bf16; bias additive, broadcastable to
+// [B, H, S, T], or none. Returns [B, H, S, D] bf16.
+torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                        const std::optional<torch::Tensor>& bias_in, double scale) {
+  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (XTILEDATA)");
+  TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "amx_attention takes [B, heads, rows, D]");
+  for (const auto* x : {&q_in, &k_in, &v_in})
+    TORCH_CHECK(x->scalar_type() == torch::kBFloat16, "amx_attention takes bf16 q, k and v");
+  const auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const int64_t b = q.size(0), h = q.size(1), s = q.size(2), d = q.size(3), hk = k.size(1), t = k.size(2);
+  TORCH_CHECK(d % PAIR_COLS == 0, "amx_attention needs a head size that is a multiple of 32");
+  TORCH_CHECK(k.size(0) == b && v.sizes() == k.sizes() && k.size(3) == d && hk > 0 && h % hk == 0 && t > 0,
+              "amx_attention: k and v must be [B, Hk, T, D] with H a multiple of Hk");
+  torch::Tensor bias;
+  if (bias_in.has_value()) bias = bias_in->to(torch::kFloat).expand({b, h, s, t});
+  if (bias.defined() && bias.stride(3) != 1) bias = bias.contiguous();
+  auto out = torch::empty_like(q);
+  if (s == 0) return out;
+  const int64_t t_pad = (t + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS, group = h / hk;
+  // Scratch kept per thread between calls: fresh buffers this size are mmapped and page-faulted on every call.
+  thread_local std::vector<bf16> packed;
+  packed.resize(2 * b * hk * t_pad * d);
+  const bf16 *kp = k.data_ptr<bf16>(), *vp = v.data_ptr<bf16>(), *qp = q.data_ptr<bf16>();
+  bf16 *pk = packed.data(), *pv = packed.data() + b * hk * t_pad * d, *op = out.data_ptr<bf16>();
+  at::parallel_for(0, b * hk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      pack_keys(kp + i * t * d, t, d, t_pad, pk + i * t_pad * d);
+      pack_values(vp + i * t * d, t, d, t_pad, pv + i * t_pad * d);
+    }
+  });
+  const int64_t chunks = (s + ROWS - 1) / ROWS, d_tiles = d / 16, k_tiles = d / PAIR_COLS;
+  at::parallel_for(0, b * h * chunks, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<bf16> q_rows, probs;
+    thread_local std::vector<float> scores;
+    q_rows.resize(ROWS * d);
+    probs.resize(ROWS * t_pad);
+    scores.resize(ROWS * t_pad);
+    alignas(64) float acc[4][vlabench_amx::TILE_ROWS * 16];
+    vlabench_amx::configure_tiles();
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / chunks, row0 = (task % chunks) * ROWS, rows = std::min<int64_t>(ROWS, s - row0);
+      const int64_t kv = (bh / h) * hk + (bh % h) / group, live = (rows + 15) / 16;
+      std::copy(qp + (bh * s + row0) * d, qp + (bh * s + row0 + rows) * d, q_rows.begin());
+      std::fill(q_rows.begin() + rows * d, q_rows.begin() + live * 16 * d, bf16(0.f));
+      const bf16* keys = pk + kv * t_pad * d;
+      for (int64_t tb = 0; tb < t_pad / 16; ++tb) {
+#define VLABENCH_ZERO(T) \
+  if (T < live) _tile_zero(T);
+        VLABENCH_TILE_CASES(VLABENCH_ZERO)
+        for (int64_t kb = 0; kb < k_tiles; ++kb) {
+          _tile_loadd(5, keys + (tb * k_tiles + kb) * TILE_VALUES, 64);
+#define VLABENCH_SCORE(T)                                                     \
+  if (T < live) {                                                             \
+    _tile_loadd(4, q_rows.data() + T * 16 * d + kb * PAIR_COLS, d * 2);       \
+    _tile_dpbf16ps(T, 4, 5);                                                  \
+  }
+          VLABENCH_TILE_CASES(VLABENCH_SCORE)
+        }
+#define VLABENCH_STORE_SCORES(T) \
+  if (T < live) _tile_stored(T, scores.data() + T * 16 * t_pad + tb * 16, t_pad * 4);
+        VLABENCH_TILE_CASES(VLABENCH_STORE_SCORES)
+      }
+      std::fill(probs.begin() + rows * t_pad, probs.begin() + live * 16 * t_pad, bf16(0.f));
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* bias_row = bias.defined() ? bias.data_ptr<float>() + (bh / h) * bias.stride(0) +
+                                                     (bh % h) * bias.stride(1) + (row0 + i) * bias.stride(2)
+                                               : nullptr;
+        softmax_row(scores.data() + i * t_pad, bias_row, t, t_pad, static_cast<float>(scale),
+                    probs.data() + i * t_pad);
+      }
+      const bf16* values = pv + kv * t_pad * d;
+      for (int64_t m = 0; m < live; ++m)
+        for (int64_t c0 = 0; c0 < d_tiles; c0 += 4) {
+          const int64_t cols = std::min<int64_t>(4, d_tiles - c0);
+#define VLABENCH_ZERO_COLS(T) \
+  if (T < cols) _tile_zero(T);
+          VLABENCH_TILE_CASES(VLABENCH_ZERO_COLS)
+          for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb) {
+            _tile_loadd(4, probs.data() + m * 16 * t_pad + kb * PAIR_COLS, t_pad * 2);
+#define VLABENCH_MIX(T)                                                          \
+  if (T < cols) {                                                                \
+    _tile_loadd(5, values + (kb * d_tiles + c0 + T) * TILE_VALUES, 64);          \
+    _tile_dpbf16ps(T, 4, 5);                                                     \
+  }
+            VLABENCH_TILE_CASES(VLABENCH_MIX)
+          }
+#define VLABENCH_STORE_OUT(T) \
+  if (T < cols) _tile_stored(T, acc[T], 64);
+          VLABENCH_TILE_CASES(VLABENCH_STORE_OUT)
+          for (int64_t c = 0; c < cols; ++c)
+            for (int64_t r = 0; r < 16 && m * 16 + r < rows; ++r)
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + (bh * s + row0 + m * 16 + r) * d + (c0 + c) * 16),
+                                  to_bf16(_mm512_load_ps(acc[c] + r * 16)));
+        }
+    }
+    _tile_release();
+  });
+  return out;
+}
+
+TORCH_LIBRARY_FRAGMENT(vlabench, library) {
+  library.def("amx_attention(Tensor q, Tensor k, Tensor v, Tensor? bias, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vlabench, CPU, library) { library.impl("amx_attention", &attention); }
