@@ -5,12 +5,14 @@ kernel behind torchao's dynamic int8 on CPU) ran at a fraction of this CPU's mea
 weights at about a quarter of its read bandwidth (``benchmarks/expert_profile.py``; ``benchmarks/amx_linear.py``
 measures both side by side). The kernel (``amx_int8.cpp``) quantizes the activations per row, multiplies on AMX
 tiles against a weight packed once at load, and dequantizes in the same pass; the scheme is torchao's dynamic
-int8 (weights per-channel symmetric, activations per-token symmetric).
+int8 (weights per-channel symmetric, activations per-token symmetric). fp32 and bf16 activations go in and come out
+as they are.
 
 It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
-cached by torch under ``TORCH_EXTENSIONS_DIR``); loading it registers the operator ``vlabench::amx_int8_linear``
-with torch's dispatcher (eager calls go straight to C++; ``torch.compile`` keeps it as one opaque call).
-``unavailable_reason()`` says why it cannot run on a host.
+cached by torch under ``TORCH_EXTENSIONS_DIR``), in one extension with the AMX bf16 attention
+(``amx_attention.py``); loading it registers the operators ``vlabench::amx_int8_linear`` and
+``vlabench::amx_attention`` with torch's dispatcher (eager calls go straight to C++; ``torch.compile`` keeps each as
+one opaque call). ``unavailable_reason()`` says why they cannot run on a host.
 """
 
 from __future__ import annotations
