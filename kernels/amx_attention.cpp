@@ -37,11 +37,12 @@ inline __m512 exp_nonpositive(__m512 x) {
 
 inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
 
-// K [T, D] -> B tiles of q k^T: [T/16][D/32][16 pair rows][16 keys] pairs of bf16 (as uint32), zero past T.
-void pack_keys(const bf16* k, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
+// K [T, D] (rows `stride` apart, both even) -> B tiles of q k^T: [T/16][D/32][16 pair rows][16 keys] pairs of bf16
+// (as uint32), zero past T.
+void pack_keys(const bf16* k, int64_t stride, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
   const auto* pairs = reinterpret_cast<const uint32_t*>(k);
   auto* tiles = reinterpret_cast<uint32_t*>(out);
-  const int64_t row_pairs = d / 2;
+  const int64_t row_pairs = stride / 2;
   for (int64_t tb = 0; tb < t_pad / 16; ++tb)
     for (int64_t kb = 0; kb < d / PAIR_COLS; ++kb, tiles += 256)
       for (int64_t key = 0; key < 16; ++key) {
@@ -50,12 +51,12 @@ void pack_keys(const bf16* k, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
       }
 }
 
-// V [T, D] -> B tiles of P v: [T/32][D/16][16 key pairs][16 columns][2], zero past T: each tile row interleaves
-// two rows of V.
-void pack_values(const bf16* v, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
+// V [T, D] (rows `stride` apart) -> B tiles of P v: [T/32][D/16][16 key pairs][16 columns][2], zero past T: each
+// tile row interleaves two rows of V.
+void pack_values(const bf16* v, int64_t stride, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
   auto* tiles = reinterpret_cast<__m512i*>(out);
   auto row16 = [&](int64_t key, int64_t c) {
-    return key < t ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + key * d + c)))
+    return key < t ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + key * stride + c)))
                    : _mm512_setzero_si512();
   };
   for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb)
@@ -66,14 +67,20 @@ void pack_values(const bf16* v, int64_t t, int64_t d, int64_t t_pad, bf16* out) 
       }
 }
 
-// Row i of the scores -> probabilities (bf16, zero past t): softmax(s * scale + bias).
-void softmax_row(float* s, const float* bias, int64_t t, int64_t t_pad, float scale, bf16* p) {
+inline __m512 load_live(const float* p, __mmask16 live) { return _mm512_maskz_loadu_ps(live, p); }
+inline __m512 load_live(const bf16* p, __mmask16 live) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, p)), 16));
+}
+
+// Row i of the scores -> probabilities (bf16, zero past t): softmax(s * scale + bias), the bias fp32 or bf16.
+template <typename B>
+void softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale, bf16* p) {
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < t; j += 16) {
     const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + j), vscale);
-    if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(live, bias + j));
+    if (bias) x = _mm512_add_ps(x, load_live(bias + j, live));
     _mm512_mask_storeu_ps(s + j, live, x);
     vmax = _mm512_mask_max_ps(vmax, live, vmax, x);
   }
@@ -107,15 +114,26 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "amx_attention takes [B, heads, rows, D]");
   for (const auto* x : {&q_in, &k_in, &v_in})
     TORCH_CHECK(x->scalar_type() == torch::kBFloat16, "amx_attention takes bf16 q, k and v");
-  const auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  // Strided rows are read in place (a transposed q, a K/V view of a cache): only the last dimension must be dense,
+  // and K's rows 4-byte aligned for its pair-wise packing.
+  auto dense_rows = [](const torch::Tensor& x, bool pairs) {
+    const bool aligned = !pairs || (x.stride(2) % 2 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 4 == 0 &&
+                                    x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0);
+    return x.stride(3) == 1 && aligned ? x : x.contiguous();
+  };
+  const auto q = dense_rows(q_in, false), k = dense_rows(k_in, true), v = dense_rows(v_in, false);
   const int64_t b = q.size(0), h = q.size(1), s = q.size(2), d = q.size(3), hk = k.size(1), t = k.size(2);
   TORCH_CHECK(d % PAIR_COLS == 0, "amx_attention needs a head size that is a multiple of 32");
   TORCH_CHECK(k.size(0) == b && v.sizes() == k.sizes() && k.size(3) == d && hk > 0 && h % hk == 0 && t > 0,
               "amx_attention: k and v must be [B, Hk, T, D] with H a multiple of Hk");
   torch::Tensor bias;
-  if (bias_in.has_value()) bias = bias_in->to(torch::kFloat).expand({b, h, s, t});
-  if (bias.defined() && bias.stride(3) != 1) bias = bias.contiguous();
-  auto out = torch::empty_like(q);
+  if (bias_in.has_value()) {
+    const auto dtype = bias_in->scalar_type();
+    bias = (dtype == torch::kFloat || dtype == torch::kBFloat16 ? *bias_in : bias_in->to(torch::kFloat))
+               .expand({b, h, s, t});
+    if (bias.stride(3) != 1) bias = bias.contiguous();
+  }
+  auto out = torch::empty({b, h, s, d}, q.options());
   if (s == 0) return out;
   const int64_t t_pad = (t + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS, group = h / hk;
   // Scratch kept per thread between calls: fresh buffers this size are mmapped and page-faulted on every call.
@@ -125,8 +143,9 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   bf16 *pk = packed.data(), *pv = packed.data() + b * hk * t_pad * d, *op = out.data_ptr<bf16>();
   at::parallel_for(0, b * hk, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      pack_keys(kp + i * t * d, t, d, t_pad, pk + i * t_pad * d);
-      pack_values(vp + i * t * d, t, d, t_pad, pv + i * t_pad * d);
+      const int64_t batch = i / hk, head = i % hk;
+      pack_keys(kp + batch * k.stride(0) + head * k.stride(1), k.stride(2), t, d, t_pad, pk + i * t_pad * d);
+      pack_values(vp + batch * v.stride(0) + head * v.stride(1), v.stride(2), t, d, t_pad, pv + i * t_pad * d);
     }
   });
   const int64_t chunks = (s + ROWS - 1) / ROWS, d_tiles = d / 16, k_tiles = d / PAIR_COLS;
@@ -141,7 +160,8 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / chunks, row0 = (task % chunks) * ROWS, rows = std::min<int64_t>(ROWS, s - row0);
       const int64_t kv = (bh / h) * hk + (bh % h) / group, live = (rows + 15) / 16;
-      std::copy(qp + (bh * s + row0) * d, qp + (bh * s + row0 + rows) * d, q_rows.begin());
+      const bf16* q_first = qp + (bh / h) * q.stride(0) + (bh % h) * q.stride(1) + row0 * q.stride(2);
+      for (int64_t i = 0; i < rows; ++i) std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, &q_rows[i * d]);
       std::fill(q_rows.begin() + rows * d, q_rows.begin() + live * 16 * d, bf16(0.f));
       const bf16* keys = pk + kv * t_pad * d;
       for (int64_t tb = 0; tb < t_pad / 16; ++tb) {
@@ -163,11 +183,16 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
       }
       std::fill(probs.begin() + rows * t_pad, probs.begin() + live * 16 * t_pad, bf16(0.f));
       for (int64_t i = 0; i < rows; ++i) {
-        const float* bias_row = bias.defined() ? bias.data_ptr<float>() + (bh / h) * bias.stride(0) +
-                                                     (bh % h) * bias.stride(1) + (row0 + i) * bias.stride(2)
-                                               : nullptr;
-        softmax_row(scores.data() + i * t_pad, bias_row, t, t_pad, static_cast<float>(scale),
-                    probs.data() + i * t_pad);
+        const int64_t at = bias.defined() ? (bh / h) * bias.stride(0) + (bh % h) * bias.stride(1) +
+                                                (row0 + i) * bias.stride(2)
+                                          : 0;
+        float* row = scores.data() + i * t_pad;
+        bf16* row_probs = probs.data() + i * t_pad;
+        if (bias.defined() && bias.scalar_type() == torch::kBFloat16)
+          softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, static_cast<float>(scale), row_probs);
+        else
+          softmax_row(row, bias.defined() ? bias.data_ptr<float>() + at : nullptr, t, t_pad,
+                      static_cast<float>(scale), row_probs);
       }
       const bf16* values = pv + kv * t_pad * d;
       for (int64_t m = 0; m < live; ++m)

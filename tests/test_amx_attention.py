@@ -91,3 +91,21 @@ def test_compiles_as_one_opaque_call():
     compiled = torch.compile(module, fullgraph=True, dynamic=False)
     with torch.inference_mode():
         torch.testing.assert_close(compiled(q, k, v, bias), module(q, k, v, bias), rtol=0, atol=0)
+
+
+def test_reads_strided_inputs_and_fp32_masks_in_place():
+    """Transposed q, k and v (projections' [B, S, H, D] seen as [B, H, S, D]), K/V as views of one stacked tensor, and
+    an fp32 additive mask give the same result as their dense bf16 copies."""
+    from vlabench.kernels.amx_attention import AmxAttention
+
+    q, k, v, bias = inputs(1, 6, 2, 50, 77, 64, 0.2)
+
+    def transposed(x):
+        return x.transpose(-3, -2).contiguous().transpose(-3, -2)
+
+    strided_q, stacked = transposed(q), transposed(torch.stack([k, v]))
+    assert not strided_q.is_contiguous() and not stacked[0].is_contiguous()
+    with torch.inference_mode():
+        out = AmxAttention()(strided_q, stacked[0], stacked[1], bias.float())
+        dense = AmxAttention()(q, k, v, bias)
+    torch.testing.assert_close(out, dense, rtol=0, atol=0)
