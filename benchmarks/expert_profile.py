@@ -26,7 +26,9 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
 The two floored classes alone, at their measured times, bound the share of the floor the step can reach with the
 runtime's matmul and attention kernels as they are (``floored_ops_ms``).
 
-The floors use the GEMM peak and bandwidth measured here at the variant's precision (``kernels.ceilings``). Wrap
+The floors use the GEMM peak measured here at the variant's precision and one memory bandwidth measured at the start
+of the run for every variant (``kernels.ceilings``; this host's bandwidth drifts, and floors measured at different
+moments made variants' shares incomparable). Wrap
 with ``benchmarks/capture.py`` for a committed artifact with its provenance sidecar.
 """
 
@@ -49,7 +51,7 @@ from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.devices import resolve_device
-from vlabench.kernels.ceilings import measure_ceilings
+from vlabench.kernels.ceilings import DTYPES, MeasuredCeiling, gemm_peak, stream_bandwidth
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
@@ -188,10 +190,12 @@ def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict
     return classes, wall_ms
 
 
-def floors(spec, workload, precision: str, step_ms: float) -> dict[str, float | None]:
-    """Per class, the roofline floor of one denoising step on the ceilings measured here (ms)."""
+def floors(spec, workload, precision: str, step_ms: float, bandwidth: MeasuredCeiling) -> dict[str, float | None]:
+    """Per class, the roofline floor of one denoising step on this precision's measured GEMM peak and the run's
+    bandwidth (ms)."""
     profile = resolve_device("cpu").profile
-    ceilings = ceilings_for(profile, precision, measure_ceilings(CPU, (precision,)))
+    peaks = [gemm_peak(precision, CPU)] if precision in DTYPES else []
+    ceilings = ceilings_for(profile, precision, [*peaks, bandwidth])
     measured = [c for c in ceilings if c.source == "measured"]
     report = analyze(spec, workload, precision, profile.name, measured, {"denoise_step": step_ms}, top_operators=10_000)
     found: dict[str, float | None] = defaultdict(float)
@@ -203,7 +207,7 @@ def floors(spec, workload, precision: str, step_ms: float) -> dict[str, float | 
     return dict(found)
 
 
-def profile_variant(name: str, precision: str, args, spec, workload) -> dict:
+def profile_variant(name: str, precision: str, args, spec, workload, bandwidth: MeasuredCeiling) -> dict:
     backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino"))
     policy = backend.prepare(spec, workload, CPU, precision, args.seed)
     x_t, t, cache = step_inputs(policy, spec, workload, precision, args.seed)
@@ -215,7 +219,7 @@ def profile_variant(name: str, precision: str, args, spec, workload) -> dict:
         classes, wall = profile_torch(policy, x_t, t, cache, args.profiled_steps)
     per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}
     per_step["outside the ops"] = max(wall / args.profiled_steps - sum(per_step.values()), 0.0)
-    floor = floors(spec, workload, precision, step_ms)
+    floor = floors(spec, workload, precision, step_ms, bandwidth)
     floored_ms = sum(per_step.get(kind, 0.0) for kind in FLOORED)
     return {
         "variant": f"{name} {precision}",
@@ -275,10 +279,12 @@ def main() -> None:
     console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spec = load_model_spec(args.model)
     workload = Workload.from_spec(spec, args.cameras)
+    bandwidth = stream_bandwidth(CPU)
+    console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     records = []
     for variant in args.variants:
         name, precision = variant.split(":")
-        records.append(profile_variant(name, precision, args, spec, workload))
+        records.append(profile_variant(name, precision, args, spec, workload, bandwidth))
     show(records)
     console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json_out:
@@ -292,6 +298,7 @@ def main() -> None:
                 "class": cpu_class(flags),
                 "flags": [f for f in FLAGS_SHOWN if f in flags],
             },
+            "memory_bandwidth_gbs": bandwidth.value,
             "variants": records,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
