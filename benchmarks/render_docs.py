@@ -695,12 +695,8 @@ def render_expert_profile(root: Path) -> str:
     work = doc["workload"]
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens, {work['suffix_tokens']} "
-        f"action tokens), {doc['threads']} threads, CPU class `{doc['cpu']['class']}`"
-        + (
-            f"; every floor on one memory bandwidth measured at the start, {doc['memory_bandwidth_gbs']:.1f} GB/s:"
-            if "memory_bandwidth_gbs" in doc
-            else ":"
-        ),
+        f"action tokens), {doc['threads']} threads, CPU class `{doc['cpu']['class']}`; every floor on one memory "
+        f"bandwidth measured at the start, {doc['memory_bandwidth_gbs']:.1f} GB/s:",
         "",
     ]
     rows = []
