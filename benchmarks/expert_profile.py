@@ -26,9 +26,9 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
 The two floored classes alone, at their measured times, bound the share of the floor the step can reach with the
 runtime's matmul and attention kernels as they are (``floored_ops_ms``).
 
-The floors use the GEMM peak measured here at the variant's precision and one memory bandwidth measured at the start
-of the run for every variant (``kernels.ceilings``; this host's bandwidth drifts, and floors measured at different
-moments made variants' shares incomparable). Wrap
+The floors use ceilings measured once, at the start of the run, for every variant: the GEMM peak at each precision
+profiled and one memory bandwidth (``kernels.ceilings``; this host's bandwidth drifts, and floors measured at
+different moments made variants' shares incomparable). Wrap
 with ``benchmarks/capture.py`` for a committed artifact with its provenance sidecar.
 """
 
@@ -51,7 +51,7 @@ from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.devices import resolve_device
-from vlabench.kernels.ceilings import DTYPES, MeasuredCeiling, gemm_peak, stream_bandwidth
+from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
@@ -190,12 +190,10 @@ def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict
     return classes, wall_ms
 
 
-def floors(spec, workload, precision: str, step_ms: float, bandwidth: MeasuredCeiling) -> dict[str, float | None]:
-    """Per class, the roofline floor of one denoising step on this precision's measured GEMM peak and the run's
-    bandwidth (ms)."""
+def floors(spec, workload, precision: str, step_ms: float, measured: list[MeasuredCeiling]) -> dict[str, float | None]:
+    """Per class, the roofline floor of one denoising step on the run's measured ceilings (ms)."""
     profile = resolve_device("cpu").profile
-    peaks = [gemm_peak(precision, CPU)] if precision in DTYPES else []
-    ceilings = ceilings_for(profile, precision, [*peaks, bandwidth])
+    ceilings = ceilings_for(profile, precision, measured)
     measured = [c for c in ceilings if c.source == "measured"]
     report = analyze(spec, workload, precision, profile.name, measured, {"denoise_step": step_ms}, top_operators=10_000)
     found: dict[str, float | None] = defaultdict(float)
@@ -207,7 +205,7 @@ def floors(spec, workload, precision: str, step_ms: float, bandwidth: MeasuredCe
     return dict(found)
 
 
-def profile_variant(name: str, precision: str, args, spec, workload, bandwidth: MeasuredCeiling) -> dict:
+def profile_variant(name: str, precision: str, args, spec, workload, measured: list[MeasuredCeiling]) -> dict:
     backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino"))
     policy = backend.prepare(spec, workload, CPU, precision, args.seed)
     x_t, t, cache = step_inputs(policy, spec, workload, precision, args.seed)
@@ -219,7 +217,7 @@ def profile_variant(name: str, precision: str, args, spec, workload, bandwidth: 
         classes, wall = profile_torch(policy, x_t, t, cache, args.profiled_steps)
     per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}
     per_step["outside the ops"] = max(wall / args.profiled_steps - sum(per_step.values()), 0.0)
-    floor = floors(spec, workload, precision, step_ms, bandwidth)
+    floor = floors(spec, workload, precision, step_ms, measured)
     floored_ms = sum(per_step.get(kind, 0.0) for kind in FLOORED)
     return {
         "variant": f"{name} {precision}",
@@ -279,12 +277,13 @@ def main() -> None:
     console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spec = load_model_spec(args.model)
     workload = Workload.from_spec(spec, args.cameras)
-    bandwidth = stream_bandwidth(CPU)
+    measured = measure_ceilings(CPU, tuple(dict.fromkeys(v.split(":")[1] for v in args.variants)))
+    bandwidth = next(c for c in measured if c.quantity == "memory_bandwidth")
     console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     records = []
     for variant in args.variants:
         name, precision = variant.split(":")
-        records.append(profile_variant(name, precision, args, spec, workload, bandwidth))
+        records.append(profile_variant(name, precision, args, spec, workload, measured))
     show(records)
     console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json_out:

@@ -74,15 +74,19 @@ def test_torch_ops_land_in_their_class(op, kind):
     assert expert_profile.torch_class(op) == kind
 
 
-def bandwidth(gbs: float) -> MeasuredCeiling:
-    return MeasuredCeiling(quantity="memory_bandwidth", value=gbs, unit="GB/s", repetitions=1, detail="given")
+def ceilings(gbs: float) -> list[MeasuredCeiling]:
+    """A given fp32 GEMM peak (1 TFLOP/s) and memory bandwidth, as a run measures them once."""
+    return [
+        MeasuredCeiling(quantity="gemm_fp32", value=1.0, unit="TFLOP/s", repetitions=1, detail="given"),
+        MeasuredCeiling(quantity="memory_bandwidth", value=gbs, unit="GB/s", repetitions=1, detail="given"),
+    ]
 
 
 def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
     torch.set_num_threads(1)
     args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
     spec = load_model_spec("smolvla-tiny")
-    found = expert_profile.profile_variant("torch", "fp32", args, spec, Workload.from_spec(spec), bandwidth(20.0))
+    found = expert_profile.profile_variant("torch", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0))
     classes = found["classes"]
     assert set(classes) == set(expert_profile.CLASSES)
     assert classes["weight matmuls"]["ms"] > 0 and classes["attention"]["ms"] > 0
@@ -93,11 +97,11 @@ def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
 
 
 def test_every_variants_floor_rests_on_the_runs_one_bandwidth():
-    """The weight matmuls' floor follows the bandwidth the run measured once (memory-bound at these bandwidths:
-    50 rows at fp32 is 25 FLOP per byte), not a fresh measurement per variant."""
+    """The weight matmuls' floor follows the ceilings the run measured once (memory-bound at these bandwidths: 50 rows
+    at fp32 is 25 FLOP per byte), not a fresh measurement per variant."""
     spec = load_model_spec("smolvla-tiny")
     workload = Workload.from_spec(spec)
-    slow, fast = (expert_profile.floors(spec, workload, "fp32", 100.0, bandwidth(gbs)) for gbs in (0.5, 1.0))
+    slow, fast = (expert_profile.floors(spec, workload, "fp32", 100.0, ceilings(gbs)) for gbs in (0.5, 1.0))
     assert slow["weight matmuls"] == pytest.approx(2 * fast["weight matmuls"], rel=0.05)
 
 
@@ -147,7 +151,7 @@ def test_an_openvino_step_counts_only_the_profiled_steps():
     torch.set_num_threads(1)
     args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
     spec = load_model_spec("smolvla-tiny")
-    found = expert_profile.profile_variant("openvino", "fp32", args, spec, Workload.from_spec(spec), bandwidth(20.0))
+    found = expert_profile.profile_variant("openvino", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0))
     measured = sum(entry["ms"] for kind, entry in found["classes"].items() if kind != "outside the ops")
     assert 0 < measured <= found["profiled_step_ms"]  # the prefix and the timed steps are not counted again
     assert found["classes"]["attention"]["ms"] > 0 and found["classes"]["weight matmuls"]["ms"] > 0
