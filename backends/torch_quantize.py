@@ -263,8 +263,8 @@ def build_quantized_replica(
     outputs at the run's dtype for ``precision`` whatever its float parts run in."""
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
-    boundary = Precision.dtype(precision)
-    return (model if quantizer.activation_dtype == boundary else ComputeDtype(model, boundary)), quantizer
+    compute, boundary = quantizer.activation_dtype, Precision.dtype(precision)
+    return (model if compute == boundary else ComputeDtype(model, compute, boundary)), quantizer
 
 
 class ComputeDtype(nn.Module):
@@ -274,10 +274,9 @@ class ComputeDtype(nn.Module):
     have moved t = 0.9 to 0.898 (``backends/openvino_ir.py`` pins that chain to f32 for the same reason). Every
     other attribute is the replica's."""
 
-    def __init__(self, replica: nn.Module, boundary: torch.dtype) -> None:
+    def __init__(self, replica: nn.Module, compute: torch.dtype, boundary: torch.dtype) -> None:
         super().__init__()
-        self.replica, self.boundary = replica, boundary
-        self.compute = next(t.dtype for t in replica.parameters() if t.is_floating_point())
+        self.replica, self.compute, self.boundary = replica, compute, boundary
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -86,7 +86,7 @@ def extension() -> ModuleType:
         )
     except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
-        raise UnavailableError(f"building the AMX int8 kernel failed:\n{tail}") from exc
+        raise UnavailableError(f"building the AMX kernels (int8 linear, bf16 attention) failed:\n{tail}") from exc
     torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
     torch.library.register_fake("vlabench::amx_attention")(_attention_like)
     return module
