@@ -161,7 +161,8 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
       const int64_t bh = task / chunks, row0 = (task % chunks) * ROWS, rows = std::min<int64_t>(ROWS, s - row0);
       const int64_t kv = (bh / h) * hk + (bh % h) / group, live = (rows + 15) / 16;
       const bf16* q_first = qp + (bh / h) * q.stride(0) + (bh % h) * q.stride(1) + row0 * q.stride(2);
-      for (int64_t i = 0; i < rows; ++i) std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, &q_rows[i * d]);
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, &q_rows[i * d]);
       std::fill(q_rows.begin() + rows * d, q_rows.begin() + live * 16 * d, bf16(0.f));
       const bf16* keys = pk + kv * t_pad * d;
       for (int64_t tb = 0; tb < t_pad / 16; ++tb) {
@@ -169,11 +170,11 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   if (T < live) _tile_zero(T);
         VLABENCH_TILE_CASES(VLABENCH_ZERO)
         for (int64_t kb = 0; kb < k_tiles; ++kb) {
-          _tile_loadd(5, keys + (tb * k_tiles + kb) * TILE_VALUES, 64);
-#define VLABENCH_SCORE(T)                                                     \
-  if (T < live) {                                                             \
-    _tile_loadd(4, q_rows.data() + T * 16 * d + kb * PAIR_COLS, d * 2);       \
-    _tile_dpbf16ps(T, 4, 5);                                                  \
+          _tile_loadd(VLABENCH_B_TILE, keys + (tb * k_tiles + kb) * TILE_VALUES, 64);
+#define VLABENCH_SCORE(T)                                                                       \
+  if (T < live) {                                                                               \
+    _tile_loadd(VLABENCH_A_TILE, q_rows.data() + T * 16 * d + kb * PAIR_COLS, d * 2);           \
+    _tile_dpbf16ps(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                        \
   }
           VLABENCH_TILE_CASES(VLABENCH_SCORE)
         }
@@ -202,11 +203,11 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   if (T < cols) _tile_zero(T);
           VLABENCH_TILE_CASES(VLABENCH_ZERO_COLS)
           for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb) {
-            _tile_loadd(4, probs.data() + m * 16 * t_pad + kb * PAIR_COLS, t_pad * 2);
-#define VLABENCH_MIX(T)                                                          \
-  if (T < cols) {                                                                \
-    _tile_loadd(5, values + (kb * d_tiles + c0 + T) * TILE_VALUES, 64);          \
-    _tile_dpbf16ps(T, 4, 5);                                                     \
+            _tile_loadd(VLABENCH_A_TILE, probs.data() + m * 16 * t_pad + kb * PAIR_COLS, t_pad * 2);
+#define VLABENCH_MIX(T)                                                                         \
+  if (T < cols) {                                                                               \
+    _tile_loadd(VLABENCH_B_TILE, values + (kb * d_tiles + c0 + T) * TILE_VALUES, 64);           \
+    _tile_dpbf16ps(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                        \
   }
             VLABENCH_TILE_CASES(VLABENCH_MIX)
           }

@@ -17,9 +17,6 @@
 namespace {
 using vlabench_amx::C_TILES;
 constexpr int TILE_M = vlabench_amx::TILE_ROWS, TILE_N = 16, TILE_K = vlabench_amx::TILE_ROW_BYTES;
-// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3 (vlabench_amx's layout).
-#define A_TILE 4
-#define B_TILE 5
 constexpr int TILE_BYTES = TILE_M * TILE_K;
 constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
 constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
@@ -117,12 +114,12 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
         for (int64_t b = 0; b < k_blocks; ++b) {
           const char* ahead = reinterpret_cast<const char*>(b_tiles + (b + PREFETCH_TILES) * TILE_BYTES);
           for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-          _tile_loadd(B_TILE, b_tiles + b * TILE_BYTES, TILE_N * 4);
+          _tile_loadd(VLABENCH_B_TILE, b_tiles + b * TILE_BYTES, TILE_N * 4);
           const int8_t* a = a_tiles + b * TILE_BYTES;
-#define VLABENCH_MAC(T)                                                 \
-  if (T < live) {                                                       \
-    _tile_loadd(A_TILE, a + T * k_blocks * TILE_BYTES, TILE_K);        \
-    _tile_dpbssd(T, A_TILE, B_TILE);                                    \
+#define VLABENCH_MAC(T)                                                                         \
+  if (T < live) {                                                                               \
+    _tile_loadd(VLABENCH_A_TILE, a + T * k_blocks * TILE_BYTES, TILE_K);                        \
+    _tile_dpbssd(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                          \
   }
           VLABENCH_MAC(0)
           VLABENCH_MAC(1)
@@ -172,7 +169,6 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
     linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, y);
   return y;
 }
-
 
 // The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
 TORCH_LIBRARY(vlabench, library) {

@@ -7,6 +7,10 @@
 
 #include <cstdint>
 
+// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3, then the A and B tiles.
+#define VLABENCH_A_TILE 4
+#define VLABENCH_B_TILE 5
+
 namespace vlabench_amx {
 constexpr int TILE_ROWS = 16, TILE_ROW_BYTES = 64, C_TILES = 4, TILES_USED = 6;
 constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
