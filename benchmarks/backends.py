@@ -11,10 +11,11 @@ the CPU does not run natively (bf16 without AVX512-BF16/AMX, int8 without VNNI/A
 listed as skipped with the reason. The variants run interleaved in one child process when they fit in memory
 together, else in groups that do, each led by eager torch fp32 (a speed-up is always over the eager fp32 timed in
 the same process, interleaved with it); a variant that crashes is named and the others are still reported. GEMM peak
-and memory bandwidth are measured first (the roofline floor uses them). Targets checked (issue 19): on a CPU with
-AMX the best variant within the gate >= 4.5x eager fp32 end to end and the action expert at >= 60% of its roofline
-floor; on a CPU without native bf16, >= 2x through int8. Wrap with ``benchmarks/capture.py`` (``--json-out``) for a
-committed artifact with its provenance sidecar.
+(per precision) and memory bandwidth are measured once, first, and every variant's roofline floor rests on them (this
+host's bandwidth drifts: a reading per variant gave floors up to 2x apart on the same weights). Targets checked
+(issue 19): on a CPU with AMX the best variant within the gate >= 4.5x eager fp32 end to end and the action expert
+at >= 60% of its roofline floor; on a CPU without native bf16, >= 2x through int8. Wrap with
+``benchmarks/capture.py`` (``--json-out``) for a committed artifact with its provenance sidecar.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.backends import BACKENDS
 from vlabench.commands.isolation import execute_runs
 from vlabench.commands.precision_auto import CPU_FLAGS, native_reason
@@ -35,10 +37,14 @@ from vlabench.commands.run import RunPlan, check_fit_together, check_paths, plan
 from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
+from vlabench.hardware.devices import resolve_device
+from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
+from vlabench.models.specs import load_model_spec
 from vlabench.results.schema import RunResult, write_result
 from vlabench.vocab import Precision
 
 console = Console(width=180)
+CPU = torch.device("cpu")
 CPU_BACKENDS = ("torch", "torch-compile", "onnxruntime", "openvino", "tensorrt")
 BASELINE = ("torch", "fp32")  # eager torch fp32: every speed-up is over it
 PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
@@ -68,17 +74,16 @@ def variant_name(text: str) -> str:
 def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[str]]:
     """(backend, precision) pairs to run on the CPU, and the skipped ones with why (a requested pair the backend
     does not offer here among them)."""
-    cpu = torch.device("cpu")
     chosen, skipped = [], []
     for name in CPU_BACKENDS:
         backend = BACKENDS[name]()
-        reason = backend.unavailable_reason(cpu)
+        reason = backend.unavailable_reason(CPU)
         if reason is None and "cpu" not in backend.engines:
             reason = "it does not execute on the CPU"
         if reason:
             skipped.append(f"{name}: {reason}")
             continue
-        for precision in (p for p in Precision.NAMES if p in backend.precisions(cpu)):
+        for precision in (p for p in Precision.NAMES if p in backend.precisions(CPU)):
             if requested and f"{name}:{precision}" not in requested:
                 continue
             why = native_reason(precision, "cpu")
@@ -148,11 +153,17 @@ def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[
     return results, skipped, crashed
 
 
-def expert_share(result: RunResult) -> float | None:
-    """The action expert's (one denoising step's) roofline floor over its measured p50."""
-    if result.roofline is None:
+def expert_share(result: RunResult, measured: list[MeasuredCeiling]) -> float | None:
+    """The action expert's (one denoising step's) roofline floor on the ceilings ``measured`` once for the whole
+    benchmark, over the step's p50; None without them."""
+    step = result.timing.phases.get("denoise_step")
+    profile = resolve_device("cpu").profile
+    ceilings = [c for c in ceilings_for(profile, result.precision, measured) if c.source == "measured"]
+    if step is None or not ceilings:
         return None
-    phase = next((p for p in result.roofline.phases if p.phase == "denoise_step"), None)
+    spec = load_model_spec(result.model.name)
+    report = analyze(spec, result.workload, result.precision, profile.name, ceilings, {"denoise_step": step.p50})
+    phase = next((p for p in report.phases if p.phase == "denoise_step"), None)
     return phase.share_of_attainable if phase else None
 
 
@@ -160,7 +171,7 @@ def is_baseline(result: RunResult) -> bool:
     return (result.backend, result.precision) == BASELINE
 
 
-def rows(groups: list[list[RunResult]]) -> list[dict]:
+def rows(groups: list[list[RunResult]], measured: list[MeasuredCeiling]) -> list[dict]:
     """One record per variant: phase p50s, speed-up over the eager fp32 timed in its own group (the first group's
     when its group has none), expert share of floor, action error. Eager fp32 itself is reported once."""
     everything = [r for group in groups for r in group]
@@ -171,11 +182,11 @@ def rows(groups: list[list[RunResult]]) -> list[dict]:
         for r in group:
             if is_baseline(r) and records and r is not first:
                 continue
-            records.append(record(r, eager.timing.phases["e2e"].p50 if eager else None))
+            records.append(record(r, eager.timing.phases["e2e"].p50 if eager else None, measured))
     return records
 
 
-def record(r: RunResult, base: float | None) -> dict:
+def record(r: RunResult, base: float | None, measured: list[MeasuredCeiling]) -> dict:
     e2e = r.timing.phases["e2e"].p50
     return {
         "variant": f"{r.backend} {r.precision}",
@@ -183,7 +194,7 @@ def record(r: RunResult, base: float | None) -> dict:
         "precision": r.precision,
         "p50_ms": {phase: r.timing.phases[phase].p50 for phase in PHASES if phase in r.timing.phases},
         "speedup_vs_torch_fp32": base / e2e if base else None,
-        "expert_share_of_floor": expert_share(r),
+        "expert_share_of_floor": expert_share(r, measured),
         "relative_action_error": r.correctness.relative_error if r.correctness else 0.0,
         "valid": r.valid,
         "compile_s": r.backend_details.get("compile_total_s"),
@@ -259,18 +270,23 @@ def main() -> None:
         min_iterations=args.min_iterations,
         min_duration_s=args.min_duration,
         energy_meter="none",
-        measure_ceilings=not args.no_ceilings,
+        measure_ceilings=False,  # measured once, below, for every variant
         out=args.out,
     )
     check_paths(base)
     pairs = [BASELINE, *(pair for pair in chosen if pair != BASELINE)]  # the baseline first: it leads every group
+    torch.set_num_threads(args.threads)
+    measured = [] if args.no_ceilings else measure_ceilings(CPU, tuple(dict.fromkeys(p for _, p in pairs)))
+    bandwidth = next((c for c in measured if c.quantity == "memory_bandwidth"), None)
+    if bandwidth:
+        console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     configs = [base.model_copy(update={"backend": name, "precision": precision}) for name, precision in pairs]
     groups, refused, crashed = run_variants(configs)
     skipped += refused
     results = [result for group in groups for result in group]
     for result in results:
         write_result(result, args.out)
-    records = rows(groups)
+    records = rows(groups, measured)
     if records:
         show(records)
     for reason in skipped:
@@ -297,6 +313,8 @@ def main() -> None:
             "crashed": crashed,
             "groups": [[f"{r.backend} {r.precision}" for r in group] for group in groups],
             "targets": checked,
+            "ceilings": [c.model_dump() for c in measured],
+            "memory_bandwidth_gbs": bandwidth.value if bandwidth else None,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(artifact, indent=2) + "\n")

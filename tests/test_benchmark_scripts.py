@@ -105,6 +105,21 @@ def test_every_variants_floor_rests_on_the_runs_one_bandwidth():
     assert slow["weight matmuls"] == pytest.approx(2 * fast["weight matmuls"], rel=0.05)
 
 
+def test_every_variants_expert_share_rests_on_the_benchmarks_one_measurement():
+    """``backends.py`` measures the ceilings once and puts every variant's step on them: a variant's share follows the
+    ceilings given, whatever the run itself measured (each run used to measure its own, on a drifting host)."""
+    from vlabench.commands.run import execute_many, plan_run
+    from vlabench.config import RunConfig
+
+    config = RunConfig(model="smolvla-tiny", min_iterations=2, min_duration_s=0, energy_meter="none")
+    result = execute_many([plan_run(config)])[0]
+    slow, fast = (backends.expert_share(result, ceilings(gbs)) for gbs in (0.5, 1.0))
+    assert 0 < fast < slow and slow == pytest.approx(2 * fast, rel=0.05)  # memory-bound: the floor halves
+    assert backends.expert_share(result, []) is None  # --no-ceilings: no share, never a datasheet guess
+    record = backends.record(result, result.timing.phases["e2e"].p50, ceilings(1.0))
+    assert record["expert_share_of_floor"] == fast and record["speedup_vs_torch_fp32"] == 1.0
+
+
 class FakePlan:
     """A plan with a footprint: only what ``check_fit_together`` reads."""
 

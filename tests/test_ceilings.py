@@ -4,6 +4,8 @@ import torch
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
+from vlabench.commands.run import execute_many, plan_run
+from vlabench.config import RunConfig
 from vlabench.kernels.ceilings import gemm_peak, measure_ceilings, stream_bandwidth
 
 
@@ -37,3 +39,17 @@ def test_devices_measure_json():
     assert set(quantities) == {"gemm_fp32", "memory_bandwidth"}
     assert data["measured"]["device"] == next(row["name"] for row in data["profiles"] if row["auto"])
     assert all(row["sources"] for row in data["profiles"] if row["price_usd"])
+
+
+def test_plans_timed_side_by_side_rest_on_one_bandwidth_reading():
+    # Each precision's ceilings used to be measured for its own plan, so two plans of one process got two
+    # bandwidth readings of a drifting host and floors that disagreed on the same weights.
+    base = RunConfig(
+        model="smolvla-tiny", min_iterations=2, min_duration_s=0, energy_meter="none", measure_ceilings=True
+    )
+    plans = [plan_run(base.model_copy(update={"precision": precision})) for precision in ("fp32", "bf16")]
+    results = execute_many(plans)
+    measured = [next(c for c in r.roofline.ceilings if c.source == "measured") for r in results]
+    assert [c.precision for c in measured] == ["fp32", "bf16"]
+    assert measured[0].bandwidth_gbs == measured[1].bandwidth_gbs
+    assert measured[0].peak_tflops != measured[1].peak_tflops  # each precision keeps its own GEMM peak

@@ -288,9 +288,10 @@ def execute_many(
     optimizations = [optimization_info(plan, references) for plan in plans]
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
-    ceilings = {
-        plan.precision: measure_ceilings(target, (plan.precision,)) if config.measure_ceilings else [] for plan in plans
-    }
+    # One measurement for every plan of the process (each precision's GEMM peak once, one bandwidth), so plans timed
+    # side by side rest on the same bandwidth reading.
+    precisions = tuple(dict.fromkeys(plan.precision for plan in plans))
+    ceilings = measure_ceilings(target, precisions) if config.measure_ceilings else []
     contenders = [
         Contender(
             (prepared or {}).get(index) or prepare_checked(plan),
@@ -319,7 +320,7 @@ def execute_many(
             workload,
             plan.precision,
             plan.device.profile.name,
-            ceilings_for(plan.device.profile, plan.precision, ceilings[plan.precision]),
+            ceilings_for(plan.device.profile, plan.precision, ceilings),
             {name: stats.p50 for name, stats in result.timing.phases.items()},
             computed_steps=len(plan.schedule.computed) if plan.schedule else None,
             hoisted=plan.config.fuse_expert_kv,
