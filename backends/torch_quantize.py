@@ -187,6 +187,7 @@ class Quantizer:
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
         self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
+        self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one AMX int8 call
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -251,7 +252,11 @@ class Quantizer:
             "float_activations": next(n for n, d in Precision.DTYPES.items() if d == self.activation_dtype),
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
-            **({"amx_attention_modules": self.attention_kernels} if self.int8_scheme == "amx" else {}),
+            **(
+                {"amx_attention_modules": self.attention_kernels, "amx_gated_mlps": self.gated_mlps}
+                if self.int8_scheme == "amx"
+                else {}
+            ),
             **({"amx_kernel_unavailable": self.amx_passed_over} if self.amx_passed_over else {}),
         }
 
@@ -263,6 +268,10 @@ def build_quantized_replica(
     outputs at the run's dtype for ``precision`` whatever its float parts run in."""
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
+    if quantizer.int8_scheme == "amx":
+        from vlabench.kernels.amx_int8 import fuse_gated_mlps
+
+        quantizer.gated_mlps = fuse_gated_mlps(model)
     compute, boundary = quantizer.activation_dtype, Precision.dtype(precision)
     return (model if compute == boundary else ComputeDtype(model, compute, boundary)), quantizer
 

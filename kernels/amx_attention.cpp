@@ -14,26 +14,13 @@
 #include <vector>
 
 #include "amx_tiles.h"
+#include "vector_math.h"
 
 namespace {
 using bf16 = at::BFloat16;
 constexpr int ROWS = 4 * vlabench_amx::TILE_ROWS;  // query rows per task: one 16-row C tile each
 constexpr int PAIR_COLS = 32;                      // bf16 values in one 64-byte tile row
 constexpr int TILE_VALUES = vlabench_amx::TILE_ROWS * PAIR_COLS;  // bf16 values in one 1 KB tile
-
-// exp(x) for x <= 0 in fp32: 2^n * p(r), r = x - n ln2, degree-6 polynomial (relative error about 2e-7); exactly
-// zero below -87, where exp(x) would be denormal (slow to compute with, and zero to bf16's softmax anyway).
-inline __m512 exp_nonpositive(__m512 x) {
-  const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 p = _mm512_set1_ps(1.f / 720);
-  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-  return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
-}
 
 inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
 
@@ -88,7 +75,8 @@ void softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale,
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < t; j += 16) {
     const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
-    const __m512 e = _mm512_maskz_mov_ps(live, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), top)));
+    const __m512 shifted = _mm512_sub_ps(_mm512_loadu_ps(s + j), top);
+    const __m512 e = _mm512_maskz_mov_ps(live, vlabench_vec::exp_nonpositive(shifted));
     _mm512_storeu_ps(s + j, e);
     vsum = _mm512_add_ps(vsum, e);
   }

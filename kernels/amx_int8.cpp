@@ -2,9 +2,10 @@
 //
 // y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
 // x is quantized per row (symmetric int8, scale = absmax / 127), W per output channel (packed once, at load).
-// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
-// A tile and one B tile stream through them. The weight is packed so each thread reads its columns as one
-// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout.
+// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8) in 2 x 2 blocks: two 16-row tiles of x against two
+// 16-column blocks of W, four C tiles. The weight is packed so each thread reads its column pairs as one contiguous
+// stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. A gated MLP's gate and up projections
+// run as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same pass.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -13,6 +14,7 @@
 #include <cmath>
 
 #include "amx_tiles.h"
+#include "vector_math.h"
 
 namespace {
 using vlabench_amx::C_TILES;
@@ -80,12 +82,63 @@ torch::Tensor pack_weight(const torch::Tensor& weight) {
 }
 
 namespace {
-// y = x W^T, T the activations' type (fp32 or bf16) in and out; y is allocated [m, out_features].
+// C tiles 0-3 = the [row tile i][column block j] sums of a 2 x 2 block, over every k block. Row tile i streams
+// through A register 4 or 6, column block j through B register 5 or 7. MT and NT (1 or 2) are the live row tiles and
+// column blocks.
+template <int MT, int NT>
+void multiply_block(const int8_t* a, const int8_t* b, int64_t step, int64_t k_blocks,
+                    int32_t (*acc)[TILE_M * TILE_N]) {
+  _tile_zero(0);
+  if constexpr (NT > 1) _tile_zero(1);
+  if constexpr (MT > 1) _tile_zero(2);
+  if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    const int64_t at = kb * TILE_BYTES;
+    const char* ahead = reinterpret_cast<const char*>(b + at + PREFETCH_TILES * TILE_BYTES);
+    for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    _tile_loadd(VLABENCH_B_TILE, b + at, TILE_N * 4);
+    _tile_loadd(VLABENCH_A_TILE, a + at, TILE_K);
+    _tile_dpbssd(0, VLABENCH_A_TILE, VLABENCH_B_TILE);
+    if constexpr (NT > 1) {
+      for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + step + line, _MM_HINT_T0);
+      _tile_loadd(VLABENCH_B2_TILE, b + step + at, TILE_N * 4);
+      _tile_dpbssd(1, VLABENCH_A_TILE, VLABENCH_B2_TILE);
+    }
+    if constexpr (MT > 1) {
+      _tile_loadd(VLABENCH_A2_TILE, a + step + at, TILE_K);
+      _tile_dpbssd(2, VLABENCH_A2_TILE, VLABENCH_B_TILE);
+      if constexpr (NT > 1) _tile_dpbssd(3, VLABENCH_A2_TILE, VLABENCH_B2_TILE);
+    }
+  }
+  _tile_stored(0, acc[0], TILE_N * 4);
+  if constexpr (NT > 1) _tile_stored(1, acc[1], TILE_N * 4);
+  if constexpr (MT > 1) _tile_stored(2, acc[2], TILE_N * 4);
+  if constexpr (MT > 1 && NT > 1) _tile_stored(3, acc[3], TILE_N * 4);
+}
+
+void multiply(int live_m, int live_n, const int8_t* a, const int8_t* b, int64_t step, int64_t k_blocks,
+              int32_t (*acc)[TILE_M * TILE_N]) {
+  if (live_m == 2 && live_n == 2)
+    multiply_block<2, 2>(a, b, step, k_blocks, acc);
+  else if (live_m == 2)
+    multiply_block<2, 1>(a, b, step, k_blocks, acc);
+  else if (live_n == 2)
+    multiply_block<1, 2>(a, b, step, k_blocks, acc);
+  else
+    multiply_block<1, 1>(a, b, step, k_blocks, acc);
+}
+
+// What the rescaled sums of a column-block pair become: both blocks as they are (a plain linear), or, for a gated
+// pair (gate block, up block of the same 16 columns), act(gate) * up.
+enum class Epilogue { kPlain, kSiluGate, kGeluTanhGate };
+
+// y = x W^T (plain) or act(x Wg^T) * (x Wu^T) (gated, W packed as gate/up block pairs); T the activations' type
+// (fp32 or bf16) in and out; y is allocated [m, out_features].
 template <typename T>
 void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const torch::Tensor& w_scale,
-                 const torch::Tensor& bias, int64_t out_features, torch::Tensor& y) {
+                 const torch::Tensor& bias, int64_t out_features, Epilogue epilogue, torch::Tensor& y) {
   const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
-  const int64_t m_tiles = (m + TILE_M - 1) / TILE_M;
+  const int64_t m_tiles = (m + TILE_M - 1) / TILE_M, step = k_blocks * TILE_BYTES;
   auto blocked = torch::empty({m_tiles, k_blocks, TILE_M, TILE_K}, torch::kInt8);
   auto x_scale = torch::empty({m}, torch::kFloat);
   const T* xp = xc.data_ptr<T>();
@@ -99,53 +152,67 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   const float* ws = w_scale.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
   T* yp = y.data_ptr<T>();
-  at::parallel_for(0, n_blocks, 1, [&](int64_t begin, int64_t end) {
+  const bool gated = epilogue != Epilogue::kPlain;
+  // Each task is a pair of 16-column blocks (one contiguous stretch of the packed weight); the row tiles go through
+  // it two at a time, so its weight is read from memory once and from cache after.
+  at::parallel_for(0, (n_blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
     alignas(64) int32_t acc[C_TILES][TILE_M * TILE_N];
     vlabench_amx::configure_tiles();
-    for (int64_t m0 = 0; m0 < m_tiles; m0 += C_TILES) {
-      const int live = static_cast<int>(std::min<int64_t>(C_TILES, m_tiles - m0));
-      for (int64_t nb = begin; nb < end; ++nb) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        const int8_t* b_tiles = wp + nb * k_blocks * TILE_BYTES;
-        const int8_t* a_tiles = q + m0 * k_blocks * TILE_BYTES;
-        for (int64_t b = 0; b < k_blocks; ++b) {
-          const char* ahead = reinterpret_cast<const char*>(b_tiles + (b + PREFETCH_TILES) * TILE_BYTES);
-          for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-          _tile_loadd(VLABENCH_B_TILE, b_tiles + b * TILE_BYTES, TILE_N * 4);
-          const int8_t* a = a_tiles + b * TILE_BYTES;
-#define VLABENCH_MAC(T)                                                                         \
-  if (T < live) {                                                                               \
-    _tile_loadd(VLABENCH_A_TILE, a + T * k_blocks * TILE_BYTES, TILE_K);                        \
-    _tile_dpbssd(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                          \
-  }
-          VLABENCH_MAC(0)
-          VLABENCH_MAC(1)
-          VLABENCH_MAC(2)
-          VLABENCH_MAC(3)
-#undef VLABENCH_MAC
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t nb = 2 * pair;
+      const int live_n = static_cast<int>(std::min<int64_t>(2, n_blocks - nb));
+      for (int64_t mt = 0; mt < m_tiles; mt += 2) {
+        const int live_m = static_cast<int>(std::min<int64_t>(2, m_tiles - mt));
+        multiply(live_m, live_n, q + mt * step, wp + nb * step, step, k_blocks, acc);
+        auto rescaled = [&](int i, int j, int r, int64_t row) {
+          const int64_t n0 = (nb + j) * TILE_N;
+          const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(acc[2 * i + j] + r * TILE_N));
+          const __m512 scaled = _mm512_mul_ps(sum, _mm512_set1_ps(xs[row]));
+          return _mm512_fmadd_ps(scaled, _mm512_loadu_ps(ws + n0), _mm512_loadu_ps(bp + n0));
+        };
+        const int outputs = gated ? 1 : live_n;  // a gated pair writes one block of 16 columns
+        for (int j = 0; j < outputs; ++j) {
+          const int64_t n0 = (gated ? pair : nb + j) * TILE_N;
+          const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
+          for (int i = 0; i < live_m; ++i)
+            for (int r = 0; r < TILE_M; ++r) {
+              const int64_t row = (mt + i) * TILE_M + r;
+              if (row >= m) break;
+              __m512 value = rescaled(i, j, r, row);
+              if (epilogue == Epilogue::kSiluGate)
+                value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(i, 1, r, row));
+              else if (epilogue == Epilogue::kGeluTanhGate)
+                value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(i, 1, r, row));
+              store16(yp + row * out_features + n0, columns, value);
+            }
         }
-        _tile_stored(0, acc[0], TILE_N * 4);
-        _tile_stored(1, acc[1], TILE_N * 4);
-        _tile_stored(2, acc[2], TILE_N * 4);
-        _tile_stored(3, acc[3], TILE_N * 4);
-        const int64_t n0 = nb * TILE_N;
-        const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
-        const __m512 wsv = _mm512_loadu_ps(ws + n0), bv = _mm512_loadu_ps(bp + n0);
-        for (int t = 0; t < live; ++t)
-          for (int r = 0; r < TILE_M; ++r) {
-            const int64_t row = (m0 + t) * TILE_M + r;
-            if (row >= m) break;
-            const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(acc[t] + r * TILE_N));
-            const __m512 value = _mm512_fmadd_ps(_mm512_mul_ps(sum, _mm512_set1_ps(xs[row])), wsv, bv);
-            store16(yp + row * out_features + n0, columns, value);
-          }
       }
     }
     _tile_release();
   });
+}
+
+torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                         const torch::Tensor& bias, int64_t out_features, Epilogue epilogue) {
+  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
+              "int8_linear takes 2-D fp32 or bf16 activations");
+  const auto xc = x.contiguous();
+  const int64_t k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
+  const bool gated = epilogue != Epilogue::kPlain;
+  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
+  TORCH_CHECK(!gated || n_blocks % 2 == 0, "a gated weight holds (gate, up) block pairs");
+  TORCH_CHECK(out_features <= (gated ? n_blocks / 2 : n_blocks) * TILE_N && w_scale.numel() == n_blocks * TILE_N &&
+                  bias.numel() == n_blocks * TILE_N,
+              "bad output features");
+  auto y = torch::empty({xc.size(0), out_features}, xc.options());
+  if (xc.size(0) == 0) return y;
+  if (dtype == torch::kFloat)
+    linear_into<float>(xc, packed, w_scale, bias, out_features, epilogue, y);
+  else
+    linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, epilogue, y);
+  return y;
 }
 }  // namespace
 
@@ -153,29 +220,31 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
 // in x's dtype (the sums and the rescale are fp32 either way).
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                           const torch::Tensor& bias, int64_t out_features) {
-  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
-  const auto dtype = x.scalar_type();
-  TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
-              "int8_linear takes 2-D fp32 or bf16 activations");
-  const auto xc = x.contiguous();
-  const int64_t k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
-  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
-  TORCH_CHECK(out_features <= n_blocks * TILE_N && w_scale.numel() == n_blocks * TILE_N, "bad output features");
-  auto y = torch::empty({xc.size(0), out_features}, xc.options());
-  if (xc.size(0) == 0) return y;
-  if (dtype == torch::kFloat)
-    linear_into<float>(xc, packed, w_scale, bias, out_features, y);
-  else
-    linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, y);
-  return y;
+  return run_linear(x, packed, w_scale, bias, out_features, Epilogue::kPlain);
+}
+
+// A gated MLP's gate and up projections in one call: packed holds (gate block i, up block i) pairs of 16 columns,
+// w_scale and bias likewise; activation 0 is SiLU, 1 GELU (tanh form). Returns act(x Wg^T + bg) * (x Wu^T + bu),
+// [M, out_features] in x's dtype, rounded once from fp32.
+torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                                const torch::Tensor& bias, int64_t out_features, int64_t activation) {
+  TORCH_CHECK(activation == 0 || activation == 1, "activation is 0 (SiLU) or 1 (GELU, tanh form)");
+  return run_linear(x, packed, w_scale, bias, out_features,
+                    activation == 0 ? Epilogue::kSiluGate : Epilogue::kGeluTanhGate);
 }
 
 // The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
 TORCH_LIBRARY(vlabench, library) {
   library.def("amx_int8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features) -> Tensor");
+  library.def(
+      "amx_int8_gated_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)"
+      " -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(vlabench, CPU, library) { library.impl("amx_int8_linear", &int8_linear); }
+TORCH_LIBRARY_IMPL(vlabench, CPU, library) {
+  library.impl("amx_int8_linear", &int8_linear);
+  library.impl("amx_int8_gated_linear", &int8_gated_linear);
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pack_weight", &pack_weight, "int8 [N, K] weight -> AMX tile-packed layout");

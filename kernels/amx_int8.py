@@ -30,8 +30,12 @@ from torch import Tensor, nn
 
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
+from vlabench.models.replicas import transform_modules
+from vlabench.models.replicas.layers import GatedMLP
 
-SOURCES = [Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h")]
+SOURCES = [
+    Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h")
+]
 REQUIRED_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16")
 COMPILE_FLAGS = [
     "-O3",
@@ -47,6 +51,7 @@ COMPILE_FLAGS = [
 ]
 TILE_N = 16  # output features are padded to whole 16-column tiles
 QMAX = 127.0
+GATE_ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}  # GatedMLP.activation -> the gated kernel's activation code
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # activation dtypes the kernel reads and writes as they are
 
 
@@ -88,12 +93,20 @@ def extension() -> ModuleType:
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
         raise UnavailableError(f"building the AMX kernels (int8 linear, bf16 attention) failed:\n{tail}") from exc
     torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
+    torch.library.register_fake("vlabench::amx_int8_gated_linear")(_gated_output_like)
     torch.library.register_fake("vlabench::amx_attention")(_attention_like)
     return module
 
 
 def _output_like(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
     """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: [M, out_features] in x's dtype."""
+    return x.new_empty((x.shape[0], out_features))
+
+
+def _gated_output_like(
+    x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int, activation: int
+) -> Tensor:
+    """What ``vlabench::amx_int8_gated_linear`` returns: [M, out_features] in x's dtype."""
     return x.new_empty((x.shape[0], out_features))
 
 
@@ -130,10 +143,66 @@ class AmxInt8Linear(nn.Module):
         self.register_buffer("bias", _pad_rows(bias, padded))
 
     def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, self.in_features)
-        flat = flat if flat.dtype in KERNEL_DTYPES else flat.float()
+        flat = _as_float_rows(x, self.in_features)
         out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX"
+
+
+def _as_float_rows(x: Tensor, width: int) -> Tensor:
+    """x as [rows, width] in a dtype the kernel reads as it is (fp32 or bf16; others through fp32)."""
+    flat = x.reshape(-1, width)
+    return flat if flat.dtype in KERNEL_DTYPES else flat.float()
+
+
+def _block_pairs(gate: Tensor, up: Tensor) -> Tensor:
+    """Two per-column vectors (padded to 16) interleaved by 16-column block: gate block i, then up block i."""
+    return torch.stack([gate.view(-1, TILE_N), up.view(-1, TILE_N)], dim=1).reshape(-1)
+
+
+class AmxInt8GatedMLP(nn.Module):
+    """A gated MLP (``layers.GatedMLP``) whose gate and up projections are one AMX int8 call: their packed weights
+    interleaved by 16-column block, act(gate) * up taken in the kernel's epilogue in fp32 (one rounding, no
+    separate activation pass); the down projection stays an ``AmxInt8Linear``."""
+
+    def __init__(self, mlp: GatedMLP) -> None:
+        super().__init__()
+        gate, up = mlp.gate_proj, mlp.up_proj
+        self.in_features, self.out_features = gate.in_features, gate.out_features
+        self.activation = GATE_ACTIVATIONS[mlp.activation]
+        blocks = gate.packed.shape[0]
+        pairs = torch.stack([gate.packed, up.packed], dim=1).reshape(2 * blocks, *gate.packed.shape[1:])
+        self.register_buffer("packed", pairs)
+        self.register_buffer("w_scale", _block_pairs(gate.w_scale, up.w_scale))
+        self.register_buffer("bias", _block_pairs(gate.bias, up.bias))
+        self.down_proj = mlp.down_proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = _as_float_rows(x, self.in_features)
+        hidden = torch.ops.vlabench.amx_int8_gated_linear(
+            flat, self.packed, self.w_scale, self.bias, self.out_features, self.activation
+        )
+        return self.down_proj(hidden.to(x.dtype).reshape(*x.shape[:-1], self.out_features))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, gate and up fused, int8 AMX"
+
+
+def fuse_gated_mlps(model: nn.Module) -> int:
+    """Every ``GatedMLP`` of ``model`` whose gate and up projections are on the kernel becomes an
+    ``AmxInt8GatedMLP``; returns how many."""
+    fused = 0
+
+    def fuse(name: str, module: nn.Module) -> nn.Module | None:
+        nonlocal fused
+        if not isinstance(module, GatedMLP) or module.activation not in GATE_ACTIVATIONS:
+            return None
+        if not (isinstance(module.gate_proj, AmxInt8Linear) and isinstance(module.up_proj, AmxInt8Linear)):
+            return None
+        fused += 1
+        return AmxInt8GatedMLP(module)
+
+    transform_modules(model, fuse)
+    return fused

@@ -85,6 +85,56 @@ def test_compiles_as_one_opaque_call():
         torch.testing.assert_close(compiled(x), module(x), rtol=0, atol=0)
 
 
+ACTIVATIONS = {"silu": torch.nn.functional.silu, "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+def gated_pair(hidden: int, intermediate: int, activation: str, seed: int):
+    """A float GatedMLP and its fused AMX form with the down projection taken off (its output is act(gate) * up)."""
+    from vlabench.models.replicas.layers import GatedMLP
+
+    torch.manual_seed(seed)
+    mlp = GatedMLP(hidden, intermediate, activation)
+    for linear in (mlp.gate_proj, mlp.up_proj):
+        torch.nn.init.normal_(linear.weight, std=0.2)
+    on_kernel = GatedMLP(hidden, intermediate, activation)
+    on_kernel.gate_proj, on_kernel.up_proj = (amx_int8.AmxInt8Linear(m) for m in (mlp.gate_proj, mlp.up_proj))
+    fused = amx_int8.AmxInt8GatedMLP(on_kernel)
+    fused.down_proj = torch.nn.Identity()
+    return mlp, fused
+
+
+@needs_amx
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize(
+    ("rows", "hidden", "intermediate"), [(1, 64, 16), (50, 720, 2048), (17, 72, 40), (70, 100, 48)]
+)
+def test_the_gated_call_is_the_activated_gate_times_up(activation, rows, hidden, intermediate):
+    """One call for gate and up: act(gate) * up of the two integer references, the activation in the kernel's
+    epilogue (outputs off 16 and row counts around the tiles)."""
+    mlp, fused = gated_pair(hidden, intermediate, activation, rows + hidden)
+    x = torch.randn(rows, hidden) * 3
+    gate, up = reference(x, mlp.gate_proj), reference(x, mlp.up_proj)
+    expected = ACTIVATIONS[activation](gate) * up
+    with torch.inference_mode():
+        out = fused(x)
+    assert out.shape == (rows, intermediate) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_amx
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_the_gated_call_in_bf16_is_its_fp32_result_rounded_and_compiles(activation):
+    """bf16 in and out, one rounding of the fp32 result; fullgraph compile keeps it one opaque call."""
+    _, fused = gated_pair(720, 2048, activation, 3)
+    x = (torch.randn(2, 25, 720) * 3).to(torch.bfloat16)
+    with torch.inference_mode():
+        out = fused(x)
+        assert out.dtype == torch.bfloat16 and out.shape == (2, 25, 2048)
+        assert torch.equal(out, fused(x.float()).to(torch.bfloat16))
+        compiled = torch.compile(fused, fullgraph=True, dynamic=False)
+        assert torch.equal(compiled(x), out)
+
+
 def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
     """On a CPU without AMX (recorded flags of an AVX-512 Xeon without AMX) the reason lists what is missing."""
     flags = {"avx2", "avx512f", "avx512bw", "avx512_vnni", "fma"}
@@ -121,9 +171,13 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     details = policy.details()
     assert details["quantization_scheme"] == "amx" and "AMX" in details["quantization"]
     kernels = sum(isinstance(m, amx_int8.AmxInt8Linear) for m in policy.model.modules())
-    assert kernels == details["quantized_linears"] > 0
+    fused_pairs = 2 * sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
+    assert kernels + fused_pairs == details["quantized_linears"] > 0  # a fused MLP holds its gate and up
     attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
     assert attention == details["amx_attention_modules"]
+    gated = sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
+    assert gated == details["amx_gated_mlps"]
+    assert gated > 0 or name in ("gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny")  # no gated MLP in them
     assert attention > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
     actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")
     assert torch.isfinite(actions).all()
