@@ -628,6 +628,22 @@ def outcome_cells(r: dict, after_speedup: tuple[str, ...] = ()) -> list[str]:
     ]
 
 
+def measured_once(ceilings: list[dict] | None) -> str:
+    """The ceilings a benchmark measured once for every variant's floor, as a sentence ('' when it has none)."""
+    if not ceilings:
+        return ""
+    values = {c["quantity"]: c for c in ceilings}
+    peaks = [
+        f"{q.removeprefix('gemm_')} {c['value']:.2f} {c['unit']}" for q, c in values.items() if q.startswith("gemm_")
+    ]
+    bandwidth = values["memory_bandwidth"]["value"]
+    return (
+        f" Every variant's floor rests on ceilings measured once at the start: memory bandwidth {bandwidth:.1f} GB/s; "
+        f"GEMM peaks {', '.join(peaks)} (the best of repeated square `torch.matmul` / `torch._int_mm` calls, "
+        "`kernels/ceilings.py`)."
+    )
+
+
 def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
     """``benchmarks/backends.py``: every variant's phases, speed-up over eager fp32, expert share, error, gate; with
     the issue's targets only where the workload is theirs (full-size SmolVLA)."""
@@ -644,7 +660,7 @@ def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens), {work['steps']} "
         f"denoising steps, chunk {work['chunk']}, {doc['threads']} threads; CPU class `{cpu['class']}` "
-        f"({', '.join(cpu['flags'])}). Per-phase p50 in ms:",
+        f"({', '.join(cpu['flags'])}).{measured_once(doc.get('ceilings'))} Per-phase p50 in ms:",
         "",
         table(
             [

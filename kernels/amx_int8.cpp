@@ -2,10 +2,11 @@
 //
 // y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
 // x is quantized per row (symmetric int8, scale = absmax / 127), W per output channel (packed once, at load).
-// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8) in 2 x 2 blocks: two 16-row tiles of x against two
-// 16-column blocks of W, four C tiles. The weight is packed so each thread reads its column pairs as one contiguous
-// stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. A gated MLP's gate and up projections
-// run as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same pass.
+// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
+// A tile and one B tile stream through them. The weight is packed so each thread reads its columns as one
+// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. A gated MLP's gate and up
+// projections run as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same
+// pass.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -82,58 +83,43 @@ torch::Tensor pack_weight(const torch::Tensor& weight) {
 }
 
 namespace {
-// C tiles 0-3 = the [row tile i][column block j] sums of a 2 x 2 block, over every k block. Row tile i streams
-// through A register 4 or 6, column block j through B register 5 or 7. MT and NT (1 or 2) are the live row tiles and
-// column blocks.
-template <int MT, int NT>
-void multiply_block(const int8_t* a, const int8_t* b, int64_t step, int64_t k_blocks,
-                    int32_t (*acc)[TILE_M * TILE_N]) {
+using Sums = int32_t[C_TILES][TILE_M * TILE_N];
+
+// Up to four 16-row tiles of x (`live` of them, `step` bytes apart) times one 16-column block of W, over every k
+// block: four C tiles, one A tile and one B tile streaming through them; the int32 sums land in `sums`.
+void multiply_rows(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blocks, int live, Sums& sums) {
   _tile_zero(0);
-  if constexpr (NT > 1) _tile_zero(1);
-  if constexpr (MT > 1) _tile_zero(2);
-  if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
   for (int64_t kb = 0; kb < k_blocks; ++kb) {
-    const int64_t at = kb * TILE_BYTES;
-    const char* ahead = reinterpret_cast<const char*>(b + at + PREFETCH_TILES * TILE_BYTES);
+    const char* ahead = reinterpret_cast<const char*>(b + (kb + PREFETCH_TILES) * TILE_BYTES);
     for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-    _tile_loadd(VLABENCH_B_TILE, b + at, TILE_N * 4);
-    _tile_loadd(VLABENCH_A_TILE, a + at, TILE_K);
-    _tile_dpbssd(0, VLABENCH_A_TILE, VLABENCH_B_TILE);
-    if constexpr (NT > 1) {
-      for (int line = 0; line < TILE_BYTES; line += 64) _mm_prefetch(ahead + step + line, _MM_HINT_T0);
-      _tile_loadd(VLABENCH_B2_TILE, b + step + at, TILE_N * 4);
-      _tile_dpbssd(1, VLABENCH_A_TILE, VLABENCH_B2_TILE);
-    }
-    if constexpr (MT > 1) {
-      _tile_loadd(VLABENCH_A2_TILE, a + step + at, TILE_K);
-      _tile_dpbssd(2, VLABENCH_A2_TILE, VLABENCH_B_TILE);
-      if constexpr (NT > 1) _tile_dpbssd(3, VLABENCH_A2_TILE, VLABENCH_B2_TILE);
-    }
+    _tile_loadd(VLABENCH_B_TILE, b + kb * TILE_BYTES, TILE_N * 4);
+    const int8_t* at = a + kb * TILE_BYTES;
+#define VLABENCH_MAC(T)                                        \
+  if (T < live) {                                              \
+    _tile_loadd(VLABENCH_A_TILE, at + T * step, TILE_K);       \
+    _tile_dpbssd(T, VLABENCH_A_TILE, VLABENCH_B_TILE);         \
   }
-  _tile_stored(0, acc[0], TILE_N * 4);
-  if constexpr (NT > 1) _tile_stored(1, acc[1], TILE_N * 4);
-  if constexpr (MT > 1) _tile_stored(2, acc[2], TILE_N * 4);
-  if constexpr (MT > 1 && NT > 1) _tile_stored(3, acc[3], TILE_N * 4);
+    VLABENCH_MAC(0)
+    VLABENCH_MAC(1)
+    VLABENCH_MAC(2)
+    VLABENCH_MAC(3)
+#undef VLABENCH_MAC
+  }
+  _tile_stored(0, sums[0], TILE_N * 4);
+  _tile_stored(1, sums[1], TILE_N * 4);
+  _tile_stored(2, sums[2], TILE_N * 4);
+  _tile_stored(3, sums[3], TILE_N * 4);
 }
 
-void multiply(int live_m, int live_n, const int8_t* a, const int8_t* b, int64_t step, int64_t k_blocks,
-              int32_t (*acc)[TILE_M * TILE_N]) {
-  if (live_m == 2 && live_n == 2)
-    multiply_block<2, 2>(a, b, step, k_blocks, acc);
-  else if (live_m == 2)
-    multiply_block<2, 1>(a, b, step, k_blocks, acc);
-  else if (live_n == 2)
-    multiply_block<1, 2>(a, b, step, k_blocks, acc);
-  else
-    multiply_block<1, 1>(a, b, step, k_blocks, acc);
-}
-
-// What the rescaled sums of a column-block pair become: both blocks as they are (a plain linear), or, for a gated
-// pair (gate block, up block of the same 16 columns), act(gate) * up.
+// What the rescaled sums become: a plain linear's outputs, or, for a gated MLP whose weight holds (gate block, up
+// block) pairs of the same 16 columns, act(gate) * up.
 enum class Epilogue { kPlain, kSiluGate, kGeluTanhGate };
 
-// y = x W^T (plain) or act(x Wg^T) * (x Wu^T) (gated, W packed as gate/up block pairs); T the activations' type
-// (fp32 or bf16) in and out; y is allocated [m, out_features].
+// y = x W^T (plain) or act(x Wg^T) * (x Wu^T) (gated); T the activations' type (fp32 or bf16) in and out; y is
+// allocated [m, out_features].
 template <typename T>
 void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const torch::Tensor& w_scale,
                  const torch::Tensor& bias, int64_t out_features, Epilogue epilogue, torch::Tensor& y) {
@@ -153,39 +139,35 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   const float* bp = bias.data_ptr<float>();
   T* yp = y.data_ptr<T>();
   const bool gated = epilogue != Epilogue::kPlain;
-  // Each task is a pair of 16-column blocks (one contiguous stretch of the packed weight); the row tiles go through
-  // it two at a time, so its weight is read from memory once and from cache after.
-  at::parallel_for(0, (n_blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
-    alignas(64) int32_t acc[C_TILES][TILE_M * TILE_N];
+  // One task per 16 output columns: a block of W, or a gated (gate, up) block pair. Each thread reads its blocks'
+  // weight as one contiguous stream, once per 64 rows of x.
+  at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
+    alignas(64) Sums sums, up_sums;
     vlabench_amx::configure_tiles();
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t nb = 2 * pair;
-      const int live_n = static_cast<int>(std::min<int64_t>(2, n_blocks - nb));
-      for (int64_t mt = 0; mt < m_tiles; mt += 2) {
-        const int live_m = static_cast<int>(std::min<int64_t>(2, m_tiles - mt));
-        multiply(live_m, live_n, q + mt * step, wp + nb * step, step, k_blocks, acc);
-        auto rescaled = [&](int i, int j, int r, int64_t row) {
-          const int64_t n0 = (nb + j) * TILE_N;
-          const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(acc[2 * i + j] + r * TILE_N));
+    for (int64_t m0 = 0; m0 < m_tiles; m0 += C_TILES) {
+      const int live = static_cast<int>(std::min<int64_t>(C_TILES, m_tiles - m0));
+      const int8_t* a = q + m0 * step;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t nb = gated ? 2 * task : task, n0 = task * TILE_N;
+        multiply_rows(a, step, wp + nb * step, k_blocks, live, sums);
+        if (gated) multiply_rows(a, step, wp + (nb + 1) * step, k_blocks, live, up_sums);
+        auto rescaled = [&](const Sums& from, int64_t block, int t, int r, int64_t row) {
+          const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(from[t] + r * TILE_N));
           const __m512 scaled = _mm512_mul_ps(sum, _mm512_set1_ps(xs[row]));
-          return _mm512_fmadd_ps(scaled, _mm512_loadu_ps(ws + n0), _mm512_loadu_ps(bp + n0));
+          return _mm512_fmadd_ps(scaled, _mm512_loadu_ps(ws + block * TILE_N), _mm512_loadu_ps(bp + block * TILE_N));
         };
-        const int outputs = gated ? 1 : live_n;  // a gated pair writes one block of 16 columns
-        for (int j = 0; j < outputs; ++j) {
-          const int64_t n0 = (gated ? pair : nb + j) * TILE_N;
-          const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
-          for (int i = 0; i < live_m; ++i)
-            for (int r = 0; r < TILE_M; ++r) {
-              const int64_t row = (mt + i) * TILE_M + r;
-              if (row >= m) break;
-              __m512 value = rescaled(i, j, r, row);
-              if (epilogue == Epilogue::kSiluGate)
-                value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(i, 1, r, row));
-              else if (epilogue == Epilogue::kGeluTanhGate)
-                value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(i, 1, r, row));
-              store16(yp + row * out_features + n0, columns, value);
-            }
-        }
+        const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
+        for (int t = 0; t < live; ++t)
+          for (int r = 0; r < TILE_M; ++r) {
+            const int64_t row = (m0 + t) * TILE_M + r;
+            if (row >= m) break;
+            __m512 value = rescaled(sums, nb, t, r, row);
+            if (epilogue == Epilogue::kSiluGate)
+              value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(up_sums, nb + 1, t, r, row));
+            else if (epilogue == Epilogue::kGeluTanhGate)
+              value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(up_sums, nb + 1, t, r, row));
+            store16(yp + row * out_features + n0, columns, value);
+          }
       }
     }
     _tile_release();

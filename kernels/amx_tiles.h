@@ -1,5 +1,5 @@
-// The AMX tile setup vlabench's kernels share: eight tiles of 16 rows x 64 bytes (four C tiles 0-3, A tiles 4 and 6,
-// B tiles 5 and 7), and the per-process permission Linux requires before any tile instruction.
+// The AMX tile setup vlabench's kernels share: eight tiles of 16 rows x 64 bytes (four C tiles 0-3, A tile 4,
+// B tile 5), and the per-process permission Linux requires before any tile instruction.
 #pragma once
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -7,14 +7,12 @@
 
 #include <cstdint>
 
-// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3, then two A and two B tiles.
+// Tile register numbers must be literals for the tile intrinsics: C tiles are 0-3, then the A and B tiles.
 #define VLABENCH_A_TILE 4
 #define VLABENCH_B_TILE 5
-#define VLABENCH_A2_TILE 6
-#define VLABENCH_B2_TILE 7
 
 namespace vlabench_amx {
-constexpr int TILE_ROWS = 16, TILE_ROW_BYTES = 64, C_TILES = 4, TILES_USED = 8;
+constexpr int TILE_ROWS = 16, TILE_ROW_BYTES = 64, C_TILES = 4, TILES_USED = 6;
 constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
 
 struct TileConfig {

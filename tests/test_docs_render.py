@@ -181,3 +181,14 @@ def test_readme_gives_a_cpu_only_a_cuda_and_a_jetson_install_line_and_what_each_
     jetson = next(line for line in readme.splitlines() if line.startswith("| Jetson"))
     assert "JetPack torch wheel" in jetson and "without the constraints file" in jetson
     assert "the CPU build" not in readme.split("## Quickstart")[1].split("|")[0]
+
+
+def test_the_backends_table_names_the_ceilings_every_floor_rests_on():
+    ceilings = [
+        {"quantity": "gemm_int8", "value": 0.689, "unit": "TOP/s"},
+        {"quantity": "gemm_bf16", "value": 0.3487, "unit": "TFLOP/s"},
+        {"quantity": "memory_bandwidth", "value": 20.74, "unit": "GB/s"},
+    ]
+    sentence = render_docs.measured_once(ceilings)
+    assert "memory bandwidth 20.7 GB/s" in sentence and "int8 0.69 TOP/s, bf16 0.35 TFLOP/s" in sentence
+    assert render_docs.measured_once(None) == render_docs.measured_once([]) == ""  # artifacts from before
