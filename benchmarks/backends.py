@@ -29,7 +29,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from vlabench.analysis.roofline import analyze, ceilings_for
+from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.backends import BACKENDS
 from vlabench.commands.isolation import execute_runs
 from vlabench.commands.precision_auto import CPU_FLAGS, native_reason
@@ -39,7 +39,8 @@ from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.devices import resolve_device
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
-from vlabench.models.specs import load_model_spec
+from vlabench.models.specs import ModelSpec, load_model_spec
+from vlabench.models.workload import Workload
 from vlabench.results.schema import RunResult, write_result
 from vlabench.vocab import Precision
 
@@ -153,16 +154,30 @@ def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[
     return results, skipped, crashed
 
 
+def step_roofline(
+    spec: ModelSpec,
+    workload: Workload,
+    precision: str,
+    step_ms: float,
+    measured: list[MeasuredCeiling],
+    top_operators: int = 12,
+) -> RooflineReport:
+    """One denoising step of ``step_ms`` against the ceilings ``measured`` once for a whole benchmark, only those
+    (never the profile's datasheet figures): without them, no floor and no share."""
+    profile = resolve_device("cpu").profile
+    ceilings = [c for c in ceilings_for(profile, precision, measured) if c.source == "measured"]
+    phases = {"denoise_step": step_ms}
+    return analyze(spec, workload, precision, profile.name, ceilings, phases, top_operators=top_operators)
+
+
 def expert_share(result: RunResult, measured: list[MeasuredCeiling]) -> float | None:
     """The action expert's (one denoising step's) roofline floor on the ceilings ``measured`` once for the whole
     benchmark, over the step's p50; None without them."""
     step = result.timing.phases.get("denoise_step")
-    profile = resolve_device("cpu").profile
-    ceilings = [c for c in ceilings_for(profile, result.precision, measured) if c.source == "measured"]
-    if step is None or not ceilings:
+    if step is None:
         return None
     spec = load_model_spec(result.model.name)
-    report = analyze(spec, result.workload, result.precision, profile.name, ceilings, {"denoise_step": step.p50})
+    report = step_roofline(spec, result.workload, result.precision, step.p50, measured)
     phase = next((p for p in report.phases if p.phase == "denoise_step"), None)
     return phase.share_of_attainable if phase else None
 

@@ -47,17 +47,15 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
-from vlabench.hardware.devices import resolve_device
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends import FLAGS_SHOWN, cpu_class, variant_name
+from backends import FLAGS_SHOWN, cpu_class, step_roofline, variant_name
 
 console = Console(width=160)
 CPU = torch.device("cpu")
@@ -192,10 +190,7 @@ def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict
 
 def floors(spec, workload, precision: str, step_ms: float, measured: list[MeasuredCeiling]) -> dict[str, float | None]:
     """Per class, the roofline floor of one denoising step on the run's measured ceilings (ms)."""
-    profile = resolve_device("cpu").profile
-    ceilings = ceilings_for(profile, precision, measured)
-    measured = [c for c in ceilings if c.source == "measured"]
-    report = analyze(spec, workload, precision, profile.name, measured, {"denoise_step": step_ms}, top_operators=10_000)
+    report = step_roofline(spec, workload, precision, step_ms, measured, top_operators=10_000)
     found: dict[str, float | None] = defaultdict(float)
     for op in (o for o in report.operators if o.phase == "denoise_step"):
         kind = FLOOR_CLASS.get(op.name, "weight matmuls")
