@@ -151,21 +151,23 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
         const int64_t nb = gated ? 2 * task : task, n0 = task * TILE_N;
         multiply_rows(a, step, wp + nb * step, k_blocks, live, sums);
         if (gated) multiply_rows(a, step, wp + (nb + 1) * step, k_blocks, live, up_sums);
-        auto rescaled = [&](const Sums& from, int64_t block, int t, int r, int64_t row) {
+        const __m512 w_first = _mm512_loadu_ps(ws + nb * TILE_N), b_first = _mm512_loadu_ps(bp + nb * TILE_N);
+        const int64_t up = gated ? nb + 1 : nb;
+        const __m512 w_up = _mm512_loadu_ps(ws + up * TILE_N), b_up = _mm512_loadu_ps(bp + up * TILE_N);
+        auto rescaled = [&](const Sums& from, __m512 w, __m512 b, int t, int r, int64_t row) {
           const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(from[t] + r * TILE_N));
-          const __m512 scaled = _mm512_mul_ps(sum, _mm512_set1_ps(xs[row]));
-          return _mm512_fmadd_ps(scaled, _mm512_loadu_ps(ws + block * TILE_N), _mm512_loadu_ps(bp + block * TILE_N));
+          return _mm512_fmadd_ps(_mm512_mul_ps(sum, _mm512_set1_ps(xs[row])), w, b);
         };
         const __mmask16 columns = out_features - n0 >= TILE_N ? 0xFFFF : (1u << (out_features - n0)) - 1;
         for (int t = 0; t < live; ++t)
           for (int r = 0; r < TILE_M; ++r) {
             const int64_t row = (m0 + t) * TILE_M + r;
             if (row >= m) break;
-            __m512 value = rescaled(sums, nb, t, r, row);
+            __m512 value = rescaled(sums, w_first, b_first, t, r, row);
             if (epilogue == Epilogue::kSiluGate)
-              value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(up_sums, nb + 1, t, r, row));
+              value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(up_sums, w_up, b_up, t, r, row));
             else if (epilogue == Epilogue::kGeluTanhGate)
-              value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(up_sums, nb + 1, t, r, row));
+              value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(up_sums, w_up, b_up, t, r, row));
             store16(yp + row * out_features + n0, columns, value);
           }
       }

@@ -157,9 +157,14 @@ def _as_float_rows(x: Tensor, width: int) -> Tensor:
     return flat if flat.dtype in KERNEL_DTYPES else flat.float()
 
 
-def _block_pairs(gate: Tensor, up: Tensor) -> Tensor:
-    """Two per-column vectors (padded to 16) interleaved by 16-column block: gate block i, then up block i."""
-    return torch.stack([gate.view(-1, TILE_N), up.view(-1, TILE_N)], dim=1).reshape(-1)
+def _interleave_blocks(gate: Tensor, up: Tensor) -> Tensor:
+    """Two tensors holding 16-column blocks along dim 0, interleaved: gate block i, then up block i."""
+    return torch.stack([gate, up], dim=1).flatten(0, 1)
+
+
+def _interleave_columns(gate: Tensor, up: Tensor) -> Tensor:
+    """Two per-column vectors (padded to 16) interleaved by 16-column block, as the packed weights are."""
+    return _interleave_blocks(gate.view(-1, TILE_N), up.view(-1, TILE_N)).reshape(-1)
 
 
 class AmxInt8GatedMLP(nn.Module):
@@ -172,11 +177,9 @@ class AmxInt8GatedMLP(nn.Module):
         gate, up = mlp.gate_proj, mlp.up_proj
         self.in_features, self.out_features = gate.in_features, gate.out_features
         self.activation = GATE_ACTIVATIONS[mlp.activation]
-        blocks = gate.packed.shape[0]
-        pairs = torch.stack([gate.packed, up.packed], dim=1).reshape(2 * blocks, *gate.packed.shape[1:])
-        self.register_buffer("packed", pairs)
-        self.register_buffer("w_scale", _block_pairs(gate.w_scale, up.w_scale))
-        self.register_buffer("bias", _block_pairs(gate.bias, up.bias))
+        self.register_buffer("packed", _interleave_blocks(gate.packed, up.packed))
+        self.register_buffer("w_scale", _interleave_columns(gate.w_scale, up.w_scale))
+        self.register_buffer("bias", _interleave_columns(gate.bias, up.bias))
         self.down_proj = mlp.down_proj
 
     def forward(self, x: Tensor) -> Tensor:
