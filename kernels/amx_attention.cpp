@@ -2,9 +2,9 @@
 // section 3): softmax(q k^T * scale + bias) v with grouped K/V heads, q, k, v and the output bf16.
 //
 // One task takes up to 64 query rows of one head. Scores run on AMX tiles (TDPBF16PS: bf16 pairs, fp32 sums) against
-// K packed once per call into whole 1 KB B tiles; the softmax runs in fp32 on AVX-512 and writes P as bf16; P V
-// runs on tiles again against V packed the same way. Keys past the last are zero in the packed K and V and get a
-// probability of exactly zero.
+// K packed once per call into whole 1 KB B tiles; the softmax runs in fp32 on AVX-512 and writes exp(s - max) as
+// bf16; P V runs on tiles again against V packed the same way, and each output row is divided by its sum in fp32
+// as it is stored. Keys past the last are zero in the packed K and V and get a probability of exactly zero.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -59,32 +59,36 @@ inline __m512 load_live(const bf16* p, __mmask16 live) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, p)), 16));
 }
 
-// Row i of the scores -> probabilities (bf16, zero past t): softmax(s * scale + bias), the bias fp32 or bf16.
+inline __mmask16 live_keys(int64_t t, int64_t j) { return t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1; }
+
+// Row i of the scores -> exp(s * scale + bias - max) as bf16 (zero past t), the bias fp32 or bf16; returns 1 / the
+// sum, which the caller applies to the row's P V (the normalization deferred to the output: one pass less here).
 template <typename B>
-void softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale, bf16* p) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale, bf16* p) {
   __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < t; j += 16) {
-    const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
-    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + j), vscale);
-    if (bias) x = _mm512_add_ps(x, load_live(bias + j, live));
-    _mm512_mask_storeu_ps(s + j, live, x);
-    vmax = _mm512_mask_max_ps(vmax, live, vmax, x);
+  if (bias) {
+    for (int64_t j = 0; j < t; j += 16) {
+      const __mmask16 live = live_keys(t, j);
+      const __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, s + j), _mm512_set1_ps(scale),
+                                       load_live(bias + j, live));
+      _mm512_mask_storeu_ps(s + j, live, x);
+      vmax = _mm512_mask_max_ps(vmax, live, vmax, x);
+    }
+  } else {  // no bias: the scale (positive) is taken with the exp, max(s * scale) = max(s) * scale
+    for (int64_t j = 0; j < t; j += 16)
+      vmax = _mm512_mask_max_ps(vmax, live_keys(t, j), vmax, _mm512_maskz_loadu_ps(live_keys(t, j), s + j));
   }
-  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  const float multiplier = bias ? 1.f : scale;
+  const __m512 vmult = _mm512_set1_ps(multiplier), top = _mm512_set1_ps(_mm512_reduce_max_ps(vmax) * multiplier);
   __m512 vsum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < t; j += 16) {
-    const __mmask16 live = t - j >= 16 ? 0xFFFF : (1u << (t - j)) - 1;
-    const __m512 shifted = _mm512_sub_ps(_mm512_loadu_ps(s + j), top);
-    const __m512 e = _mm512_maskz_mov_ps(live, vlabench_vec::exp_nonpositive(shifted));
-    _mm512_storeu_ps(s + j, e);
-    vsum = _mm512_add_ps(vsum, e);
-  }
-  const __m512 inverse = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(vsum));
   for (int64_t j = 0; j < t_pad; j += 16) {
-    const __m512 e = j < t ? _mm512_mul_ps(_mm512_loadu_ps(s + j), inverse) : _mm512_setzero_ps();
+    const __mmask16 live = j < t ? live_keys(t, j) : 0;
+    const __m512 shifted = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(live, s + j), vmult, top);
+    const __m512 e = _mm512_maskz_mov_ps(live, vlabench_vec::exp_nonpositive(_mm512_min_ps(shifted, _mm512_setzero_ps())));
+    vsum = _mm512_add_ps(vsum, e);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), to_bf16(e));
   }
+  return 1.f / _mm512_reduce_add_ps(vsum);
 }
 
 #define VLABENCH_TILE_CASES(M) \
@@ -124,6 +128,9 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   auto out = torch::empty({b, h, s, d}, q.options());
   if (s == 0) return out;
   const int64_t t_pad = (t + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS, group = h / hk;
+  // Score and probability rows one 64-byte line longer than the keys: rows 4 KB apart (1024 keys) would share
+  // their L1 sets.
+  const int64_t ld = t_pad + PAIR_COLS;
   // Scratch kept per thread between calls: fresh buffers this size are mmapped and page-faulted on every call.
   thread_local std::vector<bf16> packed;
   packed.resize(2 * b * hk * t_pad * d);
@@ -141,9 +148,10 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
     thread_local std::vector<bf16> q_rows, probs;
     thread_local std::vector<float> scores;
     q_rows.resize(ROWS * d);
-    probs.resize(ROWS * t_pad);
-    scores.resize(ROWS * t_pad);
+    probs.resize(ROWS * ld);
+    scores.resize(ROWS * ld);
     alignas(64) float acc[4][vlabench_amx::TILE_ROWS * 16];
+    float inverse_sums[ROWS];
     vlabench_amx::configure_tiles();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / chunks, row0 = (task % chunks) * ROWS, rows = std::min<int64_t>(ROWS, s - row0);
@@ -167,21 +175,21 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
           VLABENCH_TILE_CASES(VLABENCH_SCORE)
         }
 #define VLABENCH_STORE_SCORES(T) \
-  if (T < live) _tile_stored(T, scores.data() + T * 16 * t_pad + tb * 16, t_pad * 4);
+  if (T < live) _tile_stored(T, scores.data() + T * 16 * ld + tb * 16, ld * 4);
         VLABENCH_TILE_CASES(VLABENCH_STORE_SCORES)
       }
-      std::fill(probs.begin() + rows * t_pad, probs.begin() + live * 16 * t_pad, bf16(0.f));
+      std::fill(probs.begin() + rows * ld, probs.begin() + live * 16 * ld, bf16(0.f));
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t at = bias.defined() ? (bh / h) * bias.stride(0) + (bh % h) * bias.stride(1) +
                                                 (row0 + i) * bias.stride(2)
                                           : 0;
-        float* row = scores.data() + i * t_pad;
-        bf16* row_probs = probs.data() + i * t_pad;
+        float* row = scores.data() + i * ld;
+        bf16* row_probs = probs.data() + i * ld;
         if (bias.defined() && bias.scalar_type() == torch::kBFloat16)
-          softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, static_cast<float>(scale), row_probs);
+          inverse_sums[i] = softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, static_cast<float>(scale), row_probs);
         else
-          softmax_row(row, bias.defined() ? bias.data_ptr<float>() + at : nullptr, t, t_pad,
-                      static_cast<float>(scale), row_probs);
+          inverse_sums[i] = softmax_row(row, bias.defined() ? bias.data_ptr<float>() + at : nullptr, t, t_pad,
+                                        static_cast<float>(scale), row_probs);
       }
       const bf16* values = pv + kv * t_pad * d;
       for (int64_t m = 0; m < live; ++m)
@@ -191,7 +199,7 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   if (T < cols) _tile_zero(T);
           VLABENCH_TILE_CASES(VLABENCH_ZERO_COLS)
           for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb) {
-            _tile_loadd(VLABENCH_A_TILE, probs.data() + m * 16 * t_pad + kb * PAIR_COLS, t_pad * 2);
+            _tile_loadd(VLABENCH_A_TILE, probs.data() + m * 16 * ld + kb * PAIR_COLS, ld * 2);
 #define VLABENCH_MIX(T)                                                                         \
   if (T < cols) {                                                                               \
     _tile_loadd(VLABENCH_B_TILE, values + (kb * d_tiles + c0 + T) * TILE_VALUES, 64);           \
@@ -205,7 +213,8 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
           for (int64_t c = 0; c < cols; ++c)
             for (int64_t r = 0; r < 16 && m * 16 + r < rows; ++r)
               _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + (bh * s + row0 + m * 16 + r) * d + (c0 + c) * 16),
-                                  to_bf16(_mm512_load_ps(acc[c] + r * 16)));
+                                  to_bf16(_mm512_mul_ps(_mm512_load_ps(acc[c] + r * 16),
+                                                        _mm512_set1_ps(inverse_sums[m * 16 + r]))));
         }
     }
     _tile_release();
