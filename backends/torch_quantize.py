@@ -188,6 +188,7 @@ class Quantizer:
         self.groups: set[int] = set()
         self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
         self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one AMX int8 call
+        self.fused_activations = 0  # MLPs whose first projection takes their activation in the AMX epilogue
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -253,7 +254,11 @@ class Quantizer:
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
             **(
-                {"amx_attention_modules": self.attention_kernels, "amx_gated_mlps": self.gated_mlps}
+                {
+                    "amx_attention_modules": self.attention_kernels,
+                    "amx_gated_mlps": self.gated_mlps,
+                    "amx_fused_activations": self.fused_activations,
+                }
                 if self.int8_scheme == "amx"
                 else {}
             ),
@@ -269,9 +274,10 @@ def build_quantized_replica(
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
     if quantizer.int8_scheme == "amx":
-        from vlabench.kernels.amx_int8 import fuse_gated_mlps
+        from vlabench.kernels.amx_int8 import fuse_gated_mlps, fuse_mlp_activations
 
         quantizer.gated_mlps = fuse_gated_mlps(model)
+        quantizer.fused_activations = fuse_mlp_activations(model)
     compute, boundary = quantizer.activation_dtype, Precision.dtype(precision)
     return (model if compute == boundary else ComputeDtype(model, compute, boundary)), quantizer
 

@@ -4,9 +4,9 @@
 // x is quantized per row (symmetric int8, scale = absmax / 127), W per output channel (packed once, at load).
 // The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
 // A tile and one B tile stream through them. The weight is packed so each thread reads its columns as one
-// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. A gated MLP's gate and up
-// projections run as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same
-// pass.
+// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. The epilogue can apply an
+// activation (SiLU, tanh GELU) to the fp32 result before its one rounding; a gated MLP's gate and up projections run
+// as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same pass.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -114,12 +114,22 @@ void multiply_rows(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blo
   _tile_stored(3, sums[3], TILE_N * 4);
 }
 
-// What the rescaled sums become: a plain linear's outputs, or, for a gated MLP whose weight holds (gate block, up
-// block) pairs of the same 16 columns, act(gate) * up.
-enum class Epilogue { kPlain, kSiluGate, kGeluTanhGate };
+// What the rescaled sums become: act(x W^T + b), or, for a gated MLP whose weight holds (gate block, up block) pairs
+// of the same 16 columns, act(gate) * up. The activation codes are the operators' (amx_int8.py's ACTIVATION_CODES).
+enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };
+struct Epilogue {
+  Activation activation;
+  bool gated;
+};
 
-// y = x W^T (plain) or act(x Wg^T) * (x Wu^T) (gated); T the activations' type (fp32 or bf16) in and out; y is
-// allocated [m, out_features].
+inline __m512 activate(Activation activation, __m512 v) {
+  if (activation == Activation::kSilu) return vlabench_vec::silu(v);
+  if (activation == Activation::kGeluTanh) return vlabench_vec::gelu_tanh(v);
+  return v;
+}
+
+// y = act(x W^T + b) (plain) or act(x Wg^T + bg) * (x Wu^T + bu) (gated); T the activations' type (fp32 or bf16)
+// in and out; y is allocated [m, out_features].
 template <typename T>
 void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const torch::Tensor& w_scale,
                  const torch::Tensor& bias, int64_t out_features, Epilogue epilogue, torch::Tensor& y) {
@@ -138,7 +148,7 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   const float* ws = w_scale.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
   T* yp = y.data_ptr<T>();
-  const bool gated = epilogue != Epilogue::kPlain;
+  const bool gated = epilogue.gated;
   // One task per 16 output columns: a block of W, or a gated (gate, up) block pair. Each thread reads its blocks'
   // weight as one contiguous stream, once per 64 rows of x.
   at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
@@ -163,11 +173,8 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
           for (int r = 0; r < TILE_M; ++r) {
             const int64_t row = (m0 + t) * TILE_M + r;
             if (row >= m) break;
-            __m512 value = rescaled(sums, w_first, b_first, t, r, row);
-            if (epilogue == Epilogue::kSiluGate)
-              value = _mm512_mul_ps(vlabench_vec::silu(value), rescaled(up_sums, w_up, b_up, t, r, row));
-            else if (epilogue == Epilogue::kGeluTanhGate)
-              value = _mm512_mul_ps(vlabench_vec::gelu_tanh(value), rescaled(up_sums, w_up, b_up, t, r, row));
+            __m512 value = activate(epilogue.activation, rescaled(sums, w_first, b_first, t, r, row));
+            if (gated) value = _mm512_mul_ps(value, rescaled(up_sums, w_up, b_up, t, r, row));
             store16(yp + row * out_features + n0, columns, value);
           }
       }
@@ -184,7 +191,7 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
               "int8_linear takes 2-D fp32 or bf16 activations");
   const auto xc = x.contiguous();
   const int64_t k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
-  const bool gated = epilogue != Epilogue::kPlain;
+  const bool gated = epilogue.gated;
   TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
   TORCH_CHECK(!gated || n_blocks % 2 == 0, "a gated weight holds (gate, up) block pairs");
   TORCH_CHECK(out_features <= (gated ? n_blocks / 2 : n_blocks) * TILE_N && w_scale.numel() == n_blocks * TILE_N &&
@@ -198,13 +205,21 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
     linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, epilogue, y);
   return y;
 }
+
+Activation activation_of(int64_t code, bool gated) {
+  TORCH_CHECK((code == 0 || code == 1) || (!gated && code == -1),
+              gated ? "a gated call's activation is 0 (SiLU) or 1 (GELU, tanh form)"
+                    : "activation is -1 (none), 0 (SiLU) or 1 (GELU, tanh form)");
+  return static_cast<Activation>(code);
+}
 }  // namespace
 
-// x [M, K] fp32 or bf16; packed from pack_weight; w_scale and bias [N padded to 16] fp32. Returns [M, out_features]
-// in x's dtype (the sums and the rescale are fp32 either way).
+// x [M, K] fp32 or bf16; packed from pack_weight; w_scale and bias [N padded to 16] fp32; activation -1 (none),
+// 0 (SiLU) or 1 (GELU, tanh form), applied to the fp32 result. Returns [M, out_features] in x's dtype (the sums,
+// the rescale and the activation are fp32 either way; one rounding).
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
-                          const torch::Tensor& bias, int64_t out_features) {
-  return run_linear(x, packed, w_scale, bias, out_features, Epilogue::kPlain);
+                          const torch::Tensor& bias, int64_t out_features, int64_t activation) {
+  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
 }
 
 // A gated MLP's gate and up projections in one call: packed holds (gate block i, up block i) pairs of 16 columns,
@@ -212,14 +227,14 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
 // [M, out_features] in x's dtype, rounded once from fp32.
 torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                                 const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  TORCH_CHECK(activation == 0 || activation == 1, "activation is 0 (SiLU) or 1 (GELU, tanh form)");
-  return run_linear(x, packed, w_scale, bias, out_features,
-                    activation == 0 ? Epilogue::kSiluGate : Epilogue::kGeluTanhGate);
+  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
 }
 
 // The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
 TORCH_LIBRARY(vlabench, library) {
-  library.def("amx_int8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features) -> Tensor");
+  library.def(
+      "amx_int8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)"
+      " -> Tensor");
   library.def(
       "amx_int8_gated_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)"
       " -> Tensor");

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
 from vlabench.models.replicas import transform_modules
-from vlabench.models.replicas.layers import GatedMLP
+from vlabench.models.replicas.layers import GatedMLP, PointwiseMLP
 
 SOURCES = [
     Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h")
@@ -51,7 +51,8 @@ COMPILE_FLAGS = [
 ]
 TILE_N = 16  # output features are padded to whole 16-column tiles
 QMAX = 127.0
-GATE_ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}  # GatedMLP.activation -> the gated kernel's activation code
+ACTIVATION_CODES = {"silu": 0, "gelu_tanh": 1}  # an MLP's activation -> the kernel epilogue's activation code
+NO_ACTIVATION = -1
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # activation dtypes the kernel reads and writes as they are
 
 
@@ -93,20 +94,16 @@ def extension() -> ModuleType:
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
         raise UnavailableError(f"building the AMX kernels (int8 linear, bf16 attention) failed:\n{tail}") from exc
     torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
-    torch.library.register_fake("vlabench::amx_int8_gated_linear")(_gated_output_like)
+    torch.library.register_fake("vlabench::amx_int8_gated_linear")(_output_like)
     torch.library.register_fake("vlabench::amx_attention")(_attention_like)
     return module
 
 
-def _output_like(x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int) -> Tensor:
-    """What ``vlabench::amx_int8_linear`` returns, for torch.compile's tracing: [M, out_features] in x's dtype."""
-    return x.new_empty((x.shape[0], out_features))
-
-
-def _gated_output_like(
+def _output_like(
     x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int, activation: int
 ) -> Tensor:
-    """What ``vlabench::amx_int8_gated_linear`` returns: [M, out_features] in x's dtype."""
+    """What ``vlabench::amx_int8_linear`` and ``amx_int8_gated_linear`` return, for torch.compile's tracing:
+    [M, out_features] in x's dtype."""
     return x.new_empty((x.shape[0], out_features))
 
 
@@ -130,11 +127,13 @@ def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
 
 class AmxInt8Linear(nn.Module):
     """A Linear whose weight is int8 in the AMX kernel's packed layout; any float in, the same dtype out (fp32 and
-    bf16 go through the kernel as they are, other dtypes through fp32)."""
+    bf16 go through the kernel as they are, other dtypes through fp32). ``activation`` (an ``ACTIVATION_CODES``
+    name, set by ``fuse_mlp_activations``) is applied in the kernel's epilogue, to the fp32 result."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.activation: str | None = None
         codes, scales = quantize_weight(linear.weight)
         padded = -(-self.out_features // TILE_N) * TILE_N
         bias = linear.bias.detach().float() if linear.bias is not None else scales.new_zeros(self.out_features)
@@ -144,11 +143,13 @@ class AmxInt8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         flat = _as_float_rows(x, self.in_features)
-        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features)
+        code = ACTIVATION_CODES[self.activation] if self.activation else NO_ACTIVATION
+        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features, code)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX"
+        then = f", then {self.activation}" if self.activation else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX{then}"
 
 
 def _as_float_rows(x: Tensor, width: int) -> Tensor:
@@ -176,7 +177,7 @@ class AmxInt8GatedMLP(nn.Module):
         super().__init__()
         gate, up = mlp.gate_proj, mlp.up_proj
         self.in_features, self.out_features = gate.in_features, gate.out_features
-        self.activation = GATE_ACTIVATIONS[mlp.activation]
+        self.activation = ACTIVATION_CODES[mlp.activation]
         self.register_buffer("packed", _interleave_blocks(gate.packed, up.packed))
         self.register_buffer("w_scale", _interleave_columns(gate.w_scale, up.w_scale))
         self.register_buffer("bias", _interleave_columns(gate.bias, up.bias))
@@ -200,7 +201,7 @@ def fuse_gated_mlps(model: nn.Module) -> int:
 
     def fuse(name: str, module: nn.Module) -> nn.Module | None:
         nonlocal fused
-        if not isinstance(module, GatedMLP) or module.activation not in GATE_ACTIVATIONS:
+        if not isinstance(module, GatedMLP) or module.activation not in ACTIVATION_CODES:
             return None
         if not (isinstance(module.gate_proj, AmxInt8Linear) and isinstance(module.up_proj, AmxInt8Linear)):
             return None
@@ -208,4 +209,16 @@ def fuse_gated_mlps(model: nn.Module) -> int:
         return AmxInt8GatedMLP(module)
 
     transform_modules(model, fuse)
+    return fused
+
+
+def fuse_mlp_activations(model: nn.Module) -> int:
+    """Every ``PointwiseMLP`` of ``model`` whose first projection is on the kernel and whose activation the kernel
+    has takes that activation in the kernel's epilogue (one rounding, no separate pass); returns how many."""
+    fused = 0
+    for module in model.modules():
+        on_kernel = isinstance(module, PointwiseMLP) and isinstance(module.fc1, AmxInt8Linear)
+        if on_kernel and module.activation in ACTIVATION_CODES and module.fc1.activation is None:
+            module.fc1.activation, module.activation = module.activation, "identity"
+            fused += 1
     return fused

@@ -135,6 +135,63 @@ def test_the_gated_call_in_bf16_is_its_fp32_result_rounded_and_compiles(activati
         assert torch.equal(compiled(x), out)
 
 
+def on_kernel_with(activation: str, linear: torch.nn.Linear) -> amx_int8.AmxInt8Linear:
+    module = amx_int8.AmxInt8Linear(linear)
+    module.activation = activation
+    return module
+
+
+@needs_amx
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize(("rows", "in_features", "out_features"), [(1, 64, 16), (50, 768, 3072), (70, 100, 40)])
+def test_the_activation_is_taken_in_the_epilogue(activation, rows, in_features, out_features):
+    """act(x W^T + b) of the integer reference, in fp32; bf16 is the fp32 result rounded once; compile = eager."""
+    torch.manual_seed(rows + in_features)
+    linear = torch.nn.Linear(in_features, out_features)
+    module = on_kernel_with(activation, linear)
+    x = torch.randn(rows, in_features) * 3
+    with torch.inference_mode():
+        out = module(x)
+        torch.testing.assert_close(out.double(), ACTIVATIONS[activation](reference(x, linear)), rtol=1e-5, atol=1e-5)
+        x16 = x.to(torch.bfloat16)
+        assert torch.equal(module(x16), module(x16.float()).to(torch.bfloat16))
+        assert torch.equal(torch.compile(module, fullgraph=True, dynamic=False)(x16), module(x16))
+
+
+@needs_amx
+def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once():
+    """SigLIP's tanh-GELU MLP takes its activation in fc1's epilogue (the MLP's own becomes the identity, the
+    output stays the MLP's); exact GELU has no kernel form and stays as it is; a second pass fuses nothing."""
+    from vlabench.models.replicas.layers import PointwiseMLP
+
+    torch.manual_seed(5)
+    mlps = {name: PointwiseMLP(96, 160, name) for name in ("gelu_tanh", "gelu")}
+    for mlp in mlps.values():
+        mlp.fc1 = amx_int8.AmxInt8Linear(mlp.fc1)
+    x = torch.randn(2, 9, 96)
+    with torch.inference_mode():
+        before = {name: mlp(x) for name, mlp in mlps.items()}
+        model = torch.nn.ModuleDict(mlps)
+        assert amx_int8.fuse_mlp_activations(model) == 1
+        assert amx_int8.fuse_mlp_activations(model) == 0
+        tanh, exact = mlps["gelu_tanh"], mlps["gelu"]
+        assert (tanh.activation, tanh.fc1.activation) == ("identity", "gelu_tanh") and "then gelu_tanh" in repr(tanh)
+        assert (exact.activation, exact.fc1.activation) == ("gelu", None)
+        torch.testing.assert_close(tanh(x), before["gelu_tanh"], rtol=1e-5, atol=1e-5)
+        assert torch.equal(exact(x), before["gelu"])
+
+
+@needs_amx
+def test_activation_codes_outside_the_kernels_are_refused():
+    module = amx_int8.AmxInt8Linear(torch.nn.Linear(64, 16))
+    x = torch.randn(2, 64)
+    with pytest.raises(RuntimeError, match=r"activation is -1 \(none\), 0 \(SiLU\) or 1"):
+        torch.ops.vlabench.amx_int8_linear(x, module.packed, module.w_scale, module.bias, 16, 2)
+    _, fused = gated_pair(64, 16, "silu", 0)
+    with pytest.raises(RuntimeError, match=r"a gated call's activation is 0 \(SiLU\) or 1"):
+        torch.ops.vlabench.amx_int8_gated_linear(x, fused.packed, fused.w_scale, fused.bias, 16, -1)
+
+
 def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
     """On a CPU without AMX (recorded flags of an AVX-512 Xeon without AMX) the reason lists what is missing."""
     flags = {"avx2", "avx512f", "avx512bw", "avx512_vnni", "fma"}
@@ -177,6 +234,9 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     assert attention == details["amx_attention_modules"]
     gated = sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
     assert gated == details["amx_gated_mlps"]
+    activated = [m for m in policy.model.modules() if isinstance(m, amx_int8.AmxInt8Linear) and m.activation]
+    assert len(activated) == details["amx_fused_activations"]
+    assert activated or name in ("act-tiny", "diffusion-policy-tiny")  # SigLIP's MLPs, in every VLA family
     assert gated > 0 or name in ("gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny")  # no gated MLP in them
     assert attention > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
     actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")

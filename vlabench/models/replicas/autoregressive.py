@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from vlabench.models.replicas.caches import BatchedCache
 from vlabench.models.replicas.decoder import TextDecoder
 from vlabench.models.replicas.flow_vla import Observation, PrefixCache
-from vlabench.models.replicas.layers import additive_mask, block_mask, rope_cos_sin
+from vlabench.models.replicas.layers import PointwiseMLP, additive_mask, block_mask, rope_cos_sin
 from vlabench.models.replicas.vision import SiglipVisionTower, build_connector
 from vlabench.models.specs import OpenVLASpec, Pi0FastSpec, ViTSpec
 
@@ -66,17 +66,6 @@ class LayerScale(nn.Module):
         return x * self.scale_factor
 
 
-class TimmMlp(nn.Module):
-    def __init__(self, hidden: int, intermediate: int, tanh: bool) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(hidden, intermediate)
-        self.fc2 = nn.Linear(intermediate, hidden)
-        self.approximate = "tanh" if tanh else "none"
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
-
-
 class TimmBlock(nn.Module):
     def __init__(self, spec: ViTSpec) -> None:
         super().__init__()
@@ -85,7 +74,7 @@ class TimmBlock(nn.Module):
         self.attn = TimmAttention(spec.hidden, spec.heads)
         self.ls1 = LayerScale(spec.hidden) if dinov2 else nn.Identity()
         self.norm2 = nn.LayerNorm(spec.hidden, eps=spec.layer_norm_eps)
-        self.mlp = TimmMlp(spec.hidden, spec.intermediate, tanh=not dinov2)
+        self.mlp = PointwiseMLP(spec.hidden, spec.intermediate, "gelu" if dinov2 else "gelu_tanh")
         self.ls2 = LayerScale(spec.hidden) if dinov2 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +141,15 @@ class SelfAttentionProjections(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), split_heads(self.v_proj(x), self.kv_heads)
 
 
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": F.silu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "gelu": F.gelu,
+    "identity": nn.Identity(),  # an MLP whose first projection already applied its activation (a fused kernel)
+}
+"""The feed-forward activations by name, as the MLPs below hold them (a kernel can take one over by name)."""
+
+
 class GatedMLP(nn.Module):
     """SiLU-gated (Llama) or tanh-GELU-gated (Gemma GeGLU) feed-forward block."""
 
@@ -150,6 +161,17 @@ class GatedMLP(nn.Module):
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
-        gate = self.gate_proj(x)
-        gate = F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")
-        return self.down_proj(gate * self.up_proj(x))
+        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(x)) * self.up_proj(x))
+
+
+class PointwiseMLP(nn.Module):
+    """fc2(act(fc1(x))): SigLIP's and timm's ViT MLPs (tanh GELU; DINOv2's exact GELU)."""
+
+    def __init__(self, hidden: int, intermediate: int, activation: str) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, intermediate)
+        self.fc2 = nn.Linear(intermediate, hidden)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(ACTIVATIONS[self.activation](self.fc1(x)))

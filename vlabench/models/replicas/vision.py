@@ -5,10 +5,9 @@ Parameter names follow ``transformers``' ``SiglipVisionTransformer`` so real wei
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vlabench.models.replicas.layers import Attention, merge_heads, split_heads
+from vlabench.models.replicas.layers import Attention, PointwiseMLP, merge_heads, split_heads
 from vlabench.models.specs import VisionSpec
 
 
@@ -38,23 +37,13 @@ class SiglipAttention(nn.Module):
         return self.out_proj(merge_heads(self.attend(q, k, v, None)))
 
 
-class SiglipMLP(nn.Module):
-    def __init__(self, spec: VisionSpec) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(spec.hidden, spec.intermediate)
-        self.fc2 = nn.Linear(spec.intermediate, spec.hidden)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
-
-
 class SiglipEncoderLayer(nn.Module):
     def __init__(self, spec: VisionSpec) -> None:
         super().__init__()
         self.layer_norm1 = nn.LayerNorm(spec.hidden, eps=spec.layer_norm_eps)
         self.self_attn = SiglipAttention(spec)
         self.layer_norm2 = nn.LayerNorm(spec.hidden, eps=spec.layer_norm_eps)
-        self.mlp = SiglipMLP(spec)
+        self.mlp = PointwiseMLP(spec.hidden, spec.intermediate, "gelu_tanh")
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.self_attn(self.layer_norm1(x))
