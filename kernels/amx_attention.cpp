@@ -11,7 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <memory>
 
 #include "amx_tiles.h"
 #include "vector_math.h"
@@ -21,6 +21,24 @@ using bf16 = at::BFloat16;
 constexpr int ROWS = 4 * vlabench_amx::TILE_ROWS;  // query rows per task: one 16-row C tile each
 constexpr int PAIR_COLS = 32;                      // bf16 values in one 64-byte tile row
 constexpr int TILE_VALUES = vlabench_amx::TILE_ROWS * PAIR_COLS;  // bf16 values in one 1 KB tile
+
+// Scratch kept per thread between calls, only ever grown: fresh buffers of these sizes are mmapped and page-faulted
+// on every call, and a vector resized between the expert's two key counts would zero-fill on every call.
+template <typename T>
+class Scratch {
+ public:
+  T* get(int64_t size) {
+    if (size > capacity_) {
+      buffer_.reset(new T[size]);
+      capacity_ = size;
+    }
+    return buffer_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> buffer_;
+  int64_t capacity_ = 0;
+};
 
 inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
 
@@ -131,11 +149,9 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   // Score and probability rows one 64-byte line longer than the keys: rows 4 KB apart (1024 keys) would share
   // their L1 sets.
   const int64_t ld = t_pad + PAIR_COLS;
-  // Scratch kept per thread between calls: fresh buffers this size are mmapped and page-faulted on every call.
-  thread_local std::vector<bf16> packed;
-  packed.resize(2 * b * hk * t_pad * d);
+  thread_local Scratch<bf16> packed;
   const bf16 *kp = k.data_ptr<bf16>(), *vp = v.data_ptr<bf16>(), *qp = q.data_ptr<bf16>();
-  bf16 *pk = packed.data(), *pv = packed.data() + b * hk * t_pad * d, *op = out.data_ptr<bf16>();
+  bf16 *pk = packed.get(2 * b * hk * t_pad * d), *pv = pk + b * hk * t_pad * d, *op = out.data_ptr<bf16>();
   at::parallel_for(0, b * hk, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t batch = i / hk, head = i % hk;
@@ -145,11 +161,10 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   });
   const int64_t chunks = (s + ROWS - 1) / ROWS, d_tiles = d / 16, k_tiles = d / PAIR_COLS;
   at::parallel_for(0, b * h * chunks, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<bf16> q_rows, probs;
-    thread_local std::vector<float> scores;
-    q_rows.resize(ROWS * d);
-    probs.resize(ROWS * ld);
-    scores.resize(ROWS * ld);
+    thread_local Scratch<bf16> q_scratch, probs_scratch;
+    thread_local Scratch<float> scores_scratch;
+    bf16 *q_rows = q_scratch.get(ROWS * d), *probs = probs_scratch.get(ROWS * ld);
+    float* scores = scores_scratch.get(ROWS * ld);
     alignas(64) float acc[4][vlabench_amx::TILE_ROWS * 16];
     float inverse_sums[ROWS];
     vlabench_amx::configure_tiles();
@@ -158,8 +173,8 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
       const int64_t kv = (bh / h) * hk + (bh % h) / group, live = (rows + 15) / 16;
       const bf16* q_first = qp + (bh / h) * q.stride(0) + (bh % h) * q.stride(1) + row0 * q.stride(2);
       for (int64_t i = 0; i < rows; ++i)
-        std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, &q_rows[i * d]);
-      std::fill(q_rows.begin() + rows * d, q_rows.begin() + live * 16 * d, bf16(0.f));
+        std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, q_rows + i * d);
+      std::fill(q_rows + rows * d, q_rows + live * 16 * d, bf16(0.f));
       const bf16* keys = pk + kv * t_pad * d;
       for (int64_t tb = 0; tb < t_pad / 16; ++tb) {
 #define VLABENCH_ZERO(T) \
@@ -169,22 +184,22 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
           _tile_loadd(VLABENCH_B_TILE, keys + (tb * k_tiles + kb) * TILE_VALUES, 64);
 #define VLABENCH_SCORE(T)                                                                       \
   if (T < live) {                                                                               \
-    _tile_loadd(VLABENCH_A_TILE, q_rows.data() + T * 16 * d + kb * PAIR_COLS, d * 2);           \
+    _tile_loadd(VLABENCH_A_TILE, q_rows + T * 16 * d + kb * PAIR_COLS, d * 2);           \
     _tile_dpbf16ps(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                        \
   }
           VLABENCH_TILE_CASES(VLABENCH_SCORE)
         }
 #define VLABENCH_STORE_SCORES(T) \
-  if (T < live) _tile_stored(T, scores.data() + T * 16 * ld + tb * 16, ld * 4);
+  if (T < live) _tile_stored(T, scores + T * 16 * ld + tb * 16, ld * 4);
         VLABENCH_TILE_CASES(VLABENCH_STORE_SCORES)
       }
-      std::fill(probs.begin() + rows * ld, probs.begin() + live * 16 * ld, bf16(0.f));
+      std::fill(probs + rows * ld, probs + live * 16 * ld, bf16(0.f));
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t at = bias.defined() ? (bh / h) * bias.stride(0) + (bh % h) * bias.stride(1) +
                                                 (row0 + i) * bias.stride(2)
                                           : 0;
-        float* row = scores.data() + i * ld;
-        bf16* row_probs = probs.data() + i * ld;
+        float* row = scores + i * ld;
+        bf16* row_probs = probs + i * ld;
         if (bias.defined() && bias.scalar_type() == torch::kBFloat16)
           inverse_sums[i] = softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, static_cast<float>(scale), row_probs);
         else
@@ -199,7 +214,7 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   if (T < cols) _tile_zero(T);
           VLABENCH_TILE_CASES(VLABENCH_ZERO_COLS)
           for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb) {
-            _tile_loadd(VLABENCH_A_TILE, probs.data() + m * 16 * ld + kb * PAIR_COLS, ld * 2);
+            _tile_loadd(VLABENCH_A_TILE, probs + m * 16 * ld + kb * PAIR_COLS, ld * 2);
 #define VLABENCH_MIX(T)                                                                         \
   if (T < cols) {                                                                               \
     _tile_loadd(VLABENCH_B_TILE, values + (kb * d_tiles + c0 + T) * TILE_VALUES, 64);           \
