@@ -189,6 +189,7 @@ class Quantizer:
         self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
         self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one AMX int8 call
         self.fused_activations = 0  # MLPs whose first projection takes their activation in the AMX epilogue
+        self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one AMX int8 call
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -258,6 +259,7 @@ class Quantizer:
                     "amx_attention_modules": self.attention_kernels,
                     "amx_gated_mlps": self.gated_mlps,
                     "amx_fused_activations": self.fused_activations,
+                    "amx_fused_qkv": self.fused_qkv,
                 }
                 if self.int8_scheme == "amx"
                 else {}
@@ -274,10 +276,11 @@ def build_quantized_replica(
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
     if quantizer.int8_scheme == "amx":
-        from vlabench.kernels.amx_int8 import fuse_gated_mlps, fuse_mlp_activations
+        from vlabench.kernels import amx_int8
 
-        quantizer.gated_mlps = fuse_gated_mlps(model)
-        quantizer.fused_activations = fuse_mlp_activations(model)
+        quantizer.gated_mlps = amx_int8.fuse_gated_mlps(model)
+        quantizer.fused_activations = amx_int8.fuse_mlp_activations(model)
+        quantizer.fused_qkv = amx_int8.fuse_shared_input_projections(model)
     compute, boundary = quantizer.activation_dtype, Precision.dtype(precision)
     return (model if compute == boundary else ComputeDtype(model, compute, boundary)), quantizer
 

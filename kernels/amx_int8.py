@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
 from vlabench.models.replicas import transform_modules
-from vlabench.models.replicas.layers import GatedMLP, PointwiseMLP
+from vlabench.models.replicas.layers import GatedMLP, PointwiseMLP, SharedInputProjections
 
 SOURCES = [
     Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h")
@@ -209,6 +209,48 @@ def fuse_gated_mlps(model: nn.Module) -> int:
         return AmxInt8GatedMLP(module)
 
     transform_modules(model, fuse)
+    return fused
+
+
+class AmxInt8SharedInput(nn.Module):
+    """Linear layers that read the same input (an attention block's q, k and v) as one AMX int8 call: their packed
+    weights, scales and biases concatenated by 16-column block, the input quantized once, the output split back.
+    Each column's arithmetic is the same as in its own layer's call."""
+
+    def __init__(self, linears: list[AmxInt8Linear]) -> None:
+        super().__init__()
+        self.in_features = linears[0].in_features
+        self.widths = [linear.out_features for linear in linears]
+        self.padded = [linear.packed.shape[0] * TILE_N for linear in linears]
+        self.register_buffer("packed", torch.cat([linear.packed for linear in linears]))
+        self.register_buffer("w_scale", torch.cat([linear.w_scale for linear in linears]))
+        self.register_buffer("bias", torch.cat([linear.bias for linear in linears]))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        flat = _as_float_rows(x, self.in_features)
+        total = sum(self.padded)
+        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, total, NO_ACTIVATION)
+        parts = out.to(x.dtype).reshape(*x.shape[:-1], total).split(self.padded, dim=-1)
+        return tuple(part[..., :width] for part, width in zip(parts, self.widths, strict=True))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={'+'.join(map(str, self.widths))}, one int8 AMX call"
+
+
+def fuse_shared_input_projections(model: nn.Module) -> int:
+    """Every attention block whose q, k and v projections read one input and are all on the kernel gets them as one
+    ``AmxInt8SharedInput`` call (``SharedInputProjections.fused_qkv``; the three layers are dropped); returns how
+    many."""
+    fused = 0
+    for module in model.modules():
+        if not isinstance(module, SharedInputProjections):
+            continue
+        linears = [module.q_proj, module.k_proj, module.v_proj]
+        on_kernel = all(isinstance(linear, AmxInt8Linear) and linear.activation is None for linear in linears)
+        if on_kernel and len({linear.in_features for linear in linears}) == 1:
+            module.fused_qkv = AmxInt8SharedInput(linears)
+            module.q_proj = module.k_proj = module.v_proj = None
+            fused += 1
     return fused
 
 

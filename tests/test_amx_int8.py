@@ -182,6 +182,39 @@ def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once():
 
 
 @needs_amx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype):
+    """q, k and v of a self-attention block (widths off 16) and of SigLIP's attention become one call whose outputs
+    equal the three calls' bit for bit, eager and compiled; a cross-attention block (k and v read the prefix) keeps
+    its three layers."""
+    from vlabench.models.replicas.layers import SelfAttentionProjections
+    from vlabench.models.replicas.vision import SiglipAttention
+    from vlabench.models.specs import load_model_spec
+
+    torch.manual_seed(11)
+    blocks = {
+        "self": SelfAttentionProjections(72, 5, 3, 8),
+        "siglip": SiglipAttention(load_model_spec("smolvla-tiny").vision),
+        "cross": SelfAttentionProjections(72, 5, 3, 8, kv_in=40),
+    }
+    for block in blocks.values():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(block, name, amx_int8.AmxInt8Linear(getattr(block, name)))
+    inputs = {name: torch.randn(2, 9, block.q_proj.in_features).to(dtype) for name, block in blocks.items()}
+    with torch.inference_mode():
+        before = {name: block.project(inputs[name]) for name, block in blocks.items() if name != "cross"}
+        assert amx_int8.fuse_shared_input_projections(torch.nn.ModuleDict(blocks)) == 2
+        assert blocks["cross"].fused_qkv is None and isinstance(blocks["cross"].k_proj, amx_int8.AmxInt8Linear)
+        for name, expected in before.items():
+            block = blocks[name]
+            assert isinstance(block.fused_qkv, amx_int8.AmxInt8SharedInput) and block.q_proj is None
+            fused = block.project(inputs[name])
+            compiled = torch.compile(block.project, fullgraph=True, dynamic=False)(inputs[name])
+            for one, shared, traced in zip(expected, fused, compiled, strict=True):
+                assert shared.dtype == dtype and torch.equal(shared, one) and torch.equal(traced, one)
+
+
+@needs_amx
 def test_activation_codes_outside_the_kernels_are_refused():
     module = amx_int8.AmxInt8Linear(torch.nn.Linear(64, 16))
     x = torch.randn(2, 64)
@@ -229,7 +262,11 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     assert details["quantization_scheme"] == "amx" and "AMX" in details["quantization"]
     kernels = sum(isinstance(m, amx_int8.AmxInt8Linear) for m in policy.model.modules())
     fused_pairs = 2 * sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
-    assert kernels + fused_pairs == details["quantized_linears"] > 0  # a fused MLP holds its gate and up
+    shared = sum(isinstance(m, amx_int8.AmxInt8SharedInput) for m in policy.model.modules())
+    assert shared == details["amx_fused_qkv"]
+    assert shared > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
+    # a fused MLP holds its gate and up, a shared-input call its q, k and v
+    assert kernels + fused_pairs + 3 * shared == details["quantized_linears"] > 0
     attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
     assert attention == details["amx_attention_modules"]
     gated = sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())

@@ -125,9 +125,10 @@ class ExpertLayer(nn.Module):
             bias = inputs.cross_bias
         else:
             cos, sin = inputs.rope
-            q = apply_rope(split_heads(attn.q_proj(x), attn.heads), cos, sin)
-            new_k = apply_rope(split_heads(attn.k_proj(x), attn.kv_heads), cos, sin)
-            new_v = split_heads(attn.v_proj(x), attn.kv_heads)
+            q, new_k, new_v = attn.project(x)
+            q = apply_rope(split_heads(q, attn.heads), cos, sin)
+            new_k = apply_rope(split_heads(new_k, attn.kv_heads), cos, sin)
+            new_v = split_heads(new_v, attn.kv_heads)
             if joint is not None:
                 k, v = joint
                 k[:, :, prefix_k.shape[2] :] = new_k

@@ -108,8 +108,25 @@ def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period
     return torch.cat([angles.sin(), angles.cos()], dim=1)
 
 
-class SelfAttentionProjections(nn.Module):
-    """q/k/v/o projections of a decoder attention block (HF parameter names)."""
+class SharedInputProjections(nn.Module):
+    """An attention block whose q, k and v projections read one input: ``project`` gives the three, through
+    ``fused_qkv`` (one module returning all three) where a kernel set one, else through ``q_proj``, ``k_proj`` and
+    ``v_proj``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fused_qkv: nn.Module | None = None
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k and v of ``x``, heads not yet split."""
+        if self.fused_qkv is not None:
+            return self.fused_qkv(x)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
+class SelfAttentionProjections(SharedInputProjections):
+    """q/k/v/o projections of a decoder attention block (HF parameter names); ``kv_in`` gives k and v an input of
+    their own (a cross-attention block, whose q, k and v never share one)."""
 
     def __init__(
         self,
@@ -134,11 +151,11 @@ class SelfAttentionProjections(nn.Module):
 
     def queries_keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Post-RoPE queries and keys and the values of ``x``, split into heads."""
-        q = split_heads(self.q_proj(x), self.heads)
-        k = split_heads(self.k_proj(x), self.kv_heads)
+        q, k, v = self.project(x)
+        q, k = split_heads(q, self.heads), split_heads(k, self.kv_heads)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), split_heads(self.v_proj(x), self.kv_heads)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), split_heads(v, self.kv_heads)
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from vlabench.models.replicas.layers import Attention, PointwiseMLP, merge_heads, split_heads
+from vlabench.models.replicas.layers import Attention, PointwiseMLP, SharedInputProjections, merge_heads, split_heads
 from vlabench.models.specs import VisionSpec
 
 
@@ -22,7 +22,7 @@ class SiglipEmbeddings(nn.Module):
         return patches + self.position_embedding.weight[None]
 
 
-class SiglipAttention(nn.Module):
+class SiglipAttention(SharedInputProjections):
     def __init__(self, spec: VisionSpec) -> None:
         super().__init__()
         self.heads = spec.heads
@@ -33,7 +33,7 @@ class SiglipAttention(nn.Module):
         self.attend = Attention()
 
     def forward(self, x: Tensor) -> Tensor:
-        q, k, v = (split_heads(proj(x), self.heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (split_heads(part, self.heads) for part in self.project(x))
         return self.out_proj(merge_heads(self.attend(q, k, v, None)))
 
 
