@@ -22,6 +22,7 @@ import hashlib
 import platform
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -142,20 +143,21 @@ class AmxInt8Linear(nn.Module):
         self.register_buffer("bias", _pad_rows(bias, padded))
 
     def forward(self, x: Tensor) -> Tensor:
-        flat = _as_float_rows(x, self.in_features)
         code = ACTIVATION_CODES[self.activation] if self.activation else NO_ACTIVATION
-        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, self.out_features, code)
-        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return _on_kernel(torch.ops.vlabench.amx_int8_linear, self, x, self.out_features, code)
 
     def extra_repr(self) -> str:
         then = f", then {self.activation}" if self.activation else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX{then}"
 
 
-def _as_float_rows(x: Tensor, width: int) -> Tensor:
-    """x as [rows, width] in a dtype the kernel reads as it is (fp32 or bf16; others through fp32)."""
-    flat = x.reshape(-1, width)
-    return flat if flat.dtype in KERNEL_DTYPES else flat.float()
+def _on_kernel(operator: Callable[..., Tensor], module: nn.Module, x: Tensor, out_features: int, code: int) -> Tensor:
+    """One of the int8 operators on the rows of ``x`` with ``module``'s packed weight, scales and bias: [..., in]
+    -> [..., out_features] in x's dtype (fp32 and bf16 go through the kernel as they are, others through fp32)."""
+    flat = x.reshape(-1, module.in_features)
+    flat = flat if flat.dtype in KERNEL_DTYPES else flat.float()
+    out = operator(flat, module.packed, module.w_scale, module.bias, out_features, code)
+    return out.to(x.dtype).reshape(*x.shape[:-1], out_features)
 
 
 def _interleave_blocks(gate: Tensor, up: Tensor) -> Tensor:
@@ -184,11 +186,8 @@ class AmxInt8GatedMLP(nn.Module):
         self.down_proj = mlp.down_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        flat = _as_float_rows(x, self.in_features)
-        hidden = torch.ops.vlabench.amx_int8_gated_linear(
-            flat, self.packed, self.w_scale, self.bias, self.out_features, self.activation
-        )
-        return self.down_proj(hidden.to(x.dtype).reshape(*x.shape[:-1], self.out_features))
+        operator = torch.ops.vlabench.amx_int8_gated_linear
+        return self.down_proj(_on_kernel(operator, self, x, self.out_features, self.activation))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, gate and up fused, int8 AMX"
@@ -227,10 +226,8 @@ class AmxInt8SharedInput(nn.Module):
         self.register_buffer("bias", torch.cat([linear.bias for linear in linears]))
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
-        flat = _as_float_rows(x, self.in_features)
-        total = sum(self.padded)
-        out = torch.ops.vlabench.amx_int8_linear(flat, self.packed, self.w_scale, self.bias, total, NO_ACTIVATION)
-        parts = out.to(x.dtype).reshape(*x.shape[:-1], total).split(self.padded, dim=-1)
+        out = _on_kernel(torch.ops.vlabench.amx_int8_linear, self, x, sum(self.padded), NO_ACTIVATION)
+        parts = out.split(self.padded, dim=-1)
         return tuple(part[..., :width] for part, width in zip(parts, self.widths, strict=True))
 
     def extra_repr(self) -> str:
