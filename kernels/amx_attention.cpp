@@ -93,8 +93,10 @@ float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale
       vmax = _mm512_mask_max_ps(vmax, live, vmax, x);
     }
   } else {  // no bias: the scale (positive) is taken with the exp, max(s * scale) = max(s) * scale
-    for (int64_t j = 0; j < t; j += 16)
-      vmax = _mm512_mask_max_ps(vmax, live_keys(t, j), vmax, _mm512_maskz_loadu_ps(live_keys(t, j), s + j));
+    for (int64_t j = 0; j < t; j += 16) {
+      const __mmask16 live = live_keys(t, j);
+      vmax = _mm512_mask_max_ps(vmax, live, vmax, _mm512_maskz_loadu_ps(live, s + j));
+    }
   }
   const float multiplier = bias ? 1.f : scale;
   const __m512 vmult = _mm512_set1_ps(multiplier), top = _mm512_set1_ps(_mm512_reduce_max_ps(vmax) * multiplier);
@@ -102,7 +104,8 @@ float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale
   for (int64_t j = 0; j < t_pad; j += 16) {
     const __mmask16 live = j < t ? live_keys(t, j) : 0;
     const __m512 shifted = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(live, s + j), vmult, top);
-    const __m512 e = _mm512_maskz_mov_ps(live, vlabench_vec::exp_nonpositive(_mm512_min_ps(shifted, _mm512_setzero_ps())));
+    const __m512 e =
+        _mm512_maskz_mov_ps(live, vlabench_vec::exp_nonpositive(_mm512_min_ps(shifted, _mm512_setzero_ps())));
     vsum = _mm512_add_ps(vsum, e);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), to_bf16(e));
   }
@@ -184,7 +187,7 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
           _tile_loadd(VLABENCH_B_TILE, keys + (tb * k_tiles + kb) * TILE_VALUES, 64);
 #define VLABENCH_SCORE(T)                                                                       \
   if (T < live) {                                                                               \
-    _tile_loadd(VLABENCH_A_TILE, q_rows + T * 16 * d + kb * PAIR_COLS, d * 2);           \
+    _tile_loadd(VLABENCH_A_TILE, q_rows + T * 16 * d + kb * PAIR_COLS, d * 2);                  \
     _tile_dpbf16ps(T, VLABENCH_A_TILE, VLABENCH_B_TILE);                                        \
   }
           VLABENCH_TILE_CASES(VLABENCH_SCORE)
@@ -200,11 +203,12 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
                                           : 0;
         float* row = scores + i * ld;
         bf16* row_probs = probs + i * ld;
+        const float row_scale = static_cast<float>(scale);
         if (bias.defined() && bias.scalar_type() == torch::kBFloat16)
-          inverse_sums[i] = softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, static_cast<float>(scale), row_probs);
+          inverse_sums[i] = softmax_row(row, bias.data_ptr<bf16>() + at, t, t_pad, row_scale, row_probs);
         else
           inverse_sums[i] = softmax_row(row, bias.defined() ? bias.data_ptr<float>() + at : nullptr, t, t_pad,
-                                        static_cast<float>(scale), row_probs);
+                                        row_scale, row_probs);
       }
       const bf16* values = pv + kv * t_pad * d;
       for (int64_t m = 0; m < live; ++m)
