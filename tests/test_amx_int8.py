@@ -62,6 +62,20 @@ def test_keeps_batch_dims_and_dtype_and_zero_rows():
 
 
 @needs_amx
+def test_other_float_dtypes_go_through_fp32_and_come_back_in_their_own():
+    """fp16 is not a kernel dtype: the rows go in as fp32 and the output is cast back, for every int8 module."""
+    torch.manual_seed(2)
+    module = amx_int8.AmxInt8Linear(torch.nn.Linear(96, 40))
+    _, gated = gated_pair(96, 48, "silu", 2)
+    x = torch.randn(3, 4, 96).to(torch.float16)
+    with torch.inference_mode():
+        for call in (module, gated):
+            out = call(x)
+            assert out.dtype == torch.float16 and out.shape[:-1] == (3, 4)
+            assert torch.equal(out, call(x.float()).to(torch.float16))
+
+
+@needs_amx
 @pytest.mark.parametrize(("rows", "in_features", "out_features"), [(50, 720, 2048), (7, 33, 5)])
 def test_bf16_runs_in_the_kernel_as_its_fp32_result_rounded(rows, in_features, out_features):
     """bf16 activations are read and written by the kernel itself: the same sums as the fp32 path on the same
