@@ -3,17 +3,20 @@
 The replica is built module by module (``build_replica(transform=...)``): each Linear is filled with its seeded
 fp32 weights and quantized at once, so the float model never exists whole (OpenVLA-7B: 30 GB at fp32) and peak
 memory is the quantized model plus one float layer. Everything but the Linear layers (embeddings, norms,
-convolutions, the LM head read as a matrix) stays float, as do activations between layers: fp32, except under the
-AMX int8 scheme, whose CPUs run bf16 natively (AMX-BF16, AVX512-BF16; the kernel reads and writes bf16 itself):
-there the float parts run in bf16, as OpenVINO's CPU plugin runs them by default on such CPUs, and the weights
-are quantized from their bf16 values. Either way the run's inputs and actions stay fp32 (``ComputeDtype``).
+convolutions, the LM head read as a matrix) stays float, as do activations between layers: fp32, except under
+vlabench's int8 kernel on a CPU that runs bf16 natively (AVX512-BF16, which every AMX CPU has; the kernel reads
+and writes bf16 itself): there the float parts run in bf16, as OpenVINO's CPU plugin runs them by default on such
+CPUs, and the weights are quantized from their bf16 values. Either way the run's inputs and actions stay fp32
+(``ComputeDtype``).
 
 Schemes, per device type:
 
-- CPU int8, two schemes (``--quant-scheme``), both weights int8 per-channel symmetric and activations int8
-  per-token dynamic: ``amx``, vlabench's own AMX kernel (``kernels/amx_int8.py``: quantize, AMX matmul and
-  dequantize in one call; the default where the CPU has AMX-INT8 and the kernel builds), and ``torchao``,
-  ``Int8DynamicActivationInt8WeightConfig`` (the matmul is ``torch._int_mm``; the default elsewhere). torchao's
+- CPU int8, three schemes (``--quant-scheme``), all weights int8 per-channel symmetric and activations int8
+  per-token dynamic: ``amx``, vlabench's own kernel (``kernels/amx_int8.py``: quantize, AMX matmul and
+  dequantize in one call; the default where the CPU has AMX-INT8 and the kernel builds), ``vnni``, the same kernel
+  on AVX512-VNNI (the default on CPUs with VNNI but no AMX: AMD Zen 4 and 5, Intel Ice Lake, Cascade Lake), and
+  ``torchao``, ``Int8DynamicActivationInt8WeightConfig`` (the matmul is ``torch._int_mm``; the default
+  elsewhere). torchao's
   int8 weight-only path dequantizes on every call on CPU, which made a 4096×4096 matvec about 10× slower than fp32
   here.
 - CPU int4: weight-only, groups of 128 (or the largest of 64/32 dividing the input width): torchao's tinygemm
@@ -48,12 +51,14 @@ GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU
 INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
 INT4_ACTIVATIONS = torch.bfloat16
-INT8_SCHEMES = ("amx", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
-AMX_SCHEME = (
-    "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
-    "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)"
-)
-AMX_ACTIVATIONS = torch.bfloat16  # the float parts' dtype under the AMX scheme (the kernel's CPUs run it natively)
+INT8_SCHEMES = ("amx", "vnni", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
+KERNEL_SCHEMES = {
+    "amx": "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
+    "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)",
+    "vnni": "vlabench int8 kernel on AVX512-VNNI (weights int8 per-channel symmetric, activations int8 per-token "
+    "dynamic, int32 accumulation with VPDPBUSD; float parts in {float_parts})",
+}
+"""The int8 schemes on vlabench's own kernel (``kernels/amx_int8.py``), named by the path they take."""
 SCHEMES = {
     ("cpu", "int8"): "torchao int8 dynamic activation + int8 weight (weights int8 per-channel symmetric, "
     "activations int8 per-token dynamic)",
@@ -74,11 +79,11 @@ def torchao_missing() -> str | None:
 
 def quantized_precisions(device: torch.device) -> tuple[str, ...]:
     """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0; CPU
-    int8 without torchao through the AMX kernel where it runs)."""
+    int8 without torchao through vlabench's int8 kernel where one of its paths runs)."""
     if device.type == "cpu" and torchao_missing():
         from vlabench.kernels import amx_int8
 
-        return ("int8",) if amx_int8.unavailable_reason() is None else ()
+        return ("int8",) if any(amx_int8.unavailable_reason(isa) is None for isa in KERNEL_SCHEMES) else ()
     if torchao_missing() or device.type not in ("cpu", "cuda"):
         return ()
     if device.type == "cuda":
@@ -90,26 +95,34 @@ def quantized_precisions(device: torch.device) -> tuple[str, ...]:
 
 def scheme(device: torch.device, precision: str, int8_scheme: str | None = None) -> str:
     """What ``precision`` means on ``device`` (CPU int8: under ``int8_scheme``, torchao's when None)."""
-    return AMX_SCHEME if precision == "int8" and int8_scheme == "amx" else SCHEMES[(device.type, precision)]
+    if precision == "int8" and int8_scheme in KERNEL_SCHEMES:
+        from vlabench.kernels import amx_int8
+
+        float_parts = next(n for n, d in Precision.DTYPES.items() if d == amx_int8.float_dtype())
+        return KERNEL_SCHEMES[int8_scheme].format(float_parts=float_parts)
+    return SCHEMES[(device.type, precision)]
 
 
-def choose_int8_scheme(device: torch.device, requested: str | None) -> tuple[str | None, str | None]:
-    """(the CPU int8 scheme to use, why the AMX kernel was passed over when it was the default's first choice).
-    ``requested`` "amx" where the kernel cannot run raises UnavailableError with the reason; not CPU: (None, None)."""
+def choose_int8_scheme(device: torch.device, requested: str | None) -> tuple[str | None, dict[str, str]]:
+    """(the CPU int8 scheme to use, why each kernel scheme ahead of it in ``INT8_SCHEMES`` was passed over).
+    A requested kernel scheme that cannot run here raises UnavailableError with the reason; not CPU: (None, {})."""
     from vlabench.kernels import amx_int8
 
     if device.type != "cpu":
         if requested is not None:
             raise UnavailableError(f"--quant-scheme {requested} is a CPU int8 scheme; this run is on {device.type}")
-        return None, None
+        return None, {}
     if requested == "torchao":
-        return "torchao", None
-    reason = amx_int8.unavailable_reason()
-    if reason is None:
-        return "amx", None
-    if requested == "amx":
-        raise UnavailableError(reason)
-    return "torchao", reason
+        return "torchao", {}
+    passed_over: dict[str, str] = {}
+    for name in KERNEL_SCHEMES if requested is None else (requested,):
+        reason = amx_int8.unavailable_reason(name)
+        if reason is None:
+            return name, passed_over
+        if requested is not None:
+            raise UnavailableError(reason)
+        passed_over[name] = reason
+    return "torchao", passed_over
 
 
 def quiet_torchao_import() -> None:
@@ -176,25 +189,30 @@ class Quantizer:
     def __init__(self, device: torch.device, precision: str, int8_scheme: str | None = None) -> None:
         if (device.type, precision) not in SCHEMES:
             raise UnavailableError(f"the torch backend has no {precision} scheme on {device.type}")
-        self.int8_scheme, self.amx_passed_over = (
-            choose_int8_scheme(device, int8_scheme) if precision == "int8" else (None, None)
+        self.int8_scheme, self.passed_over = (
+            choose_int8_scheme(device, int8_scheme) if precision == "int8" else (None, {})
         )
+        self.on_kernel = self.int8_scheme in KERNEL_SCHEMES
         missing = torchao_missing()
-        if missing and self.int8_scheme != "amx":
+        if missing and not self.on_kernel:
             raise UnavailableError(missing)
         self.device, self.precision = device, precision
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
         self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
-        self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one AMX int8 call
-        self.fused_activations = 0  # MLPs whose first projection takes their activation in the AMX epilogue
-        self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one AMX int8 call
+        self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one int8 kernel call
+        self.fused_activations = 0  # MLPs whose first projection takes their activation in the kernel's epilogue
+        self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one int8 kernel call
 
     @property
     def activation_dtype(self) -> torch.dtype:
         """The dtype of the replica's float parts and the activations between its layers."""
-        return AMX_ACTIVATIONS if self.int8_scheme == "amx" else Precision.dtype(self.precision)
+        if self.on_kernel:
+            from vlabench.kernels import amx_int8
+
+            return amx_int8.float_dtype()
+        return Precision.dtype(self.precision)
 
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
         if isinstance(module, Attention) and self.int8_scheme == "amx":
@@ -212,10 +230,10 @@ class Quantizer:
         if self.precision == "int4" and self.device.type == "cpu":
             self.groups.add(group)
             return Int4PackedLinear(module, group)
-        if self.int8_scheme == "amx":
-            from vlabench.kernels.amx_int8 import AmxInt8Linear
+        if self.on_kernel:
+            from vlabench.kernels.amx_int8 import Int8Linear
 
-            return AmxInt8Linear(module)
+            return Int8Linear(module, isa=self.int8_scheme)
         return self._torchao(module, group)
 
     def _torchao(self, module: nn.Linear, group: int | None) -> nn.Module:
@@ -254,17 +272,17 @@ class Quantizer:
             "float_activations": next(n for n, d in Precision.DTYPES.items() if d == self.activation_dtype),
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
+            **({"amx_attention_modules": self.attention_kernels} if self.int8_scheme == "amx" else {}),
             **(
                 {
-                    "amx_attention_modules": self.attention_kernels,
-                    "amx_gated_mlps": self.gated_mlps,
-                    "amx_fused_activations": self.fused_activations,
-                    "amx_fused_qkv": self.fused_qkv,
+                    "kernel_gated_mlps": self.gated_mlps,
+                    "kernel_fused_activations": self.fused_activations,
+                    "kernel_fused_qkv": self.fused_qkv,
                 }
-                if self.int8_scheme == "amx"
+                if self.on_kernel
                 else {}
             ),
-            **({"amx_kernel_unavailable": self.amx_passed_over} if self.amx_passed_over else {}),
+            **{f"{name}_kernel_unavailable": reason for name, reason in self.passed_over.items()},
         }
 
 
@@ -275,7 +293,7 @@ def build_quantized_replica(
     outputs at the run's dtype for ``precision`` whatever its float parts run in."""
     quantizer = Quantizer(device, precision, int8_scheme)
     model = build_replica(spec, seed, quantizer.activation_dtype, device, transform=quantizer)
-    if quantizer.int8_scheme == "amx":
+    if quantizer.on_kernel:
         from vlabench.kernels import amx_int8
 
         quantizer.gated_mlps = amx_int8.fuse_gated_mlps(model)

@@ -72,6 +72,7 @@ TORCH_CLASS = {
     "aten::_weight_int4pack_mm_for_cpu": "weight matmuls",
     "aten::_int_mm": "weight matmuls",
     "vlabench::amx_int8_linear": "weight matmuls",
+    "vlabench::vnni_int8_linear": "weight matmuls",
     "aten::scaled_dot_product_attention": "attention",
     "vlabench::amx_attention": "attention",
     "aten::repeat_interleave": "K/V expansion (GQA)",

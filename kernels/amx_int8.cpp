@@ -1,10 +1,13 @@
-// vlabench's int8 linear on Intel AMX for the action expert's small-M GEMMs (issue 19, section 3).
+// vlabench's int8 linear for the action expert's small-M GEMMs (issue 19, section 3), on Intel AMX or, on CPUs
+// without AMX, on AVX512-VNNI.
 //
 // y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
 // x is quantized per row (symmetric int8, scale = absmax / 127), W per output channel (packed once, at load).
-// The int32 accumulation runs on AMX tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
-// A tile and one B tile stream through them. The weight is packed so each thread reads its columns as one
-// contiguous stream of 1 KB tiles; x is quantized straight into the tile-blocked layout. The epilogue can apply an
+// On AMX the int32 accumulation runs on tiles (TDPBSSD, s8 x s8): four 16-row C tiles cover up to 64 rows of x, one
+// A tile and one B tile stream through them. On AVX512-VNNI (VPDPBUSD, u8 x s8) the same packed weight is read 64
+// bytes (16 columns x 4 k) at a time against 16 rows' broadcast codes; x's codes are stored offset by 128 and 128 x
+// each column's weight sum is taken off the sums. The weight is packed so each thread reads its columns as one
+// contiguous stream of 1 KB blocks; x is quantized straight into the tile-blocked layout. The epilogue can apply an
 // activation (SiLU, tanh GELU) to the fp32 result before its one rounding; a gated MLP's gate and up projections run
 // as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same pass.
 #include <ATen/Parallel.h>
@@ -13,6 +16,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "amx_tiles.h"
 #include "vector_math.h"
@@ -39,10 +44,11 @@ inline void store16(at::BFloat16* p, __mmask16 live, __m512 v) {
   _mm256_mask_storeu_epi16(p, live, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
 
-// Row i of x, quantized into the blocked layout [m_tile][k_block][16 rows][64 bytes]. Bytes past column k and rows
-// past m stay unset: the packed weight is zero past k, and rows past m are never stored.
+// Row i of x, quantized into the blocked layout [m_tile][k_block][16 rows][64 bytes], each code XORed with `flip`
+// (0 for AMX's s8 codes, 0x80 for VNNI's u8 codes offset by 128). Bytes past column k and rows past m stay unset:
+// the packed weight is zero past k, and rows past m are never stored.
 template <typename T>
-float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t* blocked) {
+float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t flip, int8_t* blocked) {
   __m512 vmax = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 16 <= k; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(row + j)));
@@ -52,11 +58,15 @@ float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t*
   const __m512 inverse = _mm512_set1_ps(1.f / scale);
   int8_t* base = blocked + ((i / TILE_M) * k_blocks * TILE_M + i % TILE_M) * TILE_K;
   auto at = [&](int64_t col) { return base + (col / TILE_K) * TILE_BYTES + col % TILE_K; };
+  const __m128i flips = _mm_set1_epi8(flip);
   for (j = 0; j + 16 <= k; j += 16) {
     const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(load16(row + j), inverse));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(at(j)), _mm512_cvtsepi32_epi8(codes));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at(j)), _mm_xor_si128(_mm512_cvtsepi32_epi8(codes), flips));
   }
-  for (; j < k; ++j) *at(j) = static_cast<int8_t>(std::nearbyint(std::clamp(load1(row + j) / scale, -127.f, 127.f)));
+  for (; j < k; ++j) {
+    const auto code = static_cast<int8_t>(std::nearbyint(std::clamp(load1(row + j) / scale, -127.f, 127.f)));
+    *at(j) = static_cast<int8_t>(code ^ flip);
+  }
   return scale;
 }
 }  // namespace
@@ -114,6 +124,57 @@ void multiply_rows(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blo
   _tile_stored(3, sums[3], TILE_N * 4);
 }
 
+// The same product on AVX512-VNNI: a's codes are u8 (s8 + 128), so each column's sum carries 128 x its weight sum
+// (`offset`), which is taken off. R rows of one 16-row group keep their sums in registers over every k block; the
+// weight block (k_blocks KB) is read once per group, from L1 or L2 after the first.
+template <int R>
+void multiply_group_vnni(const int8_t* rows, const int8_t* b, int64_t k_blocks, __m512i offset, int32_t* sums) {
+  constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte row
+  __m512i acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    const int8_t* w = b + kb * TILE_BYTES;
+    const int8_t* x = rows + kb * TILE_BYTES;
+    _mm_prefetch(reinterpret_cast<const char*>(w + PREFETCH_TILES * TILE_BYTES), _MM_HINT_T0);
+    for (int g = 0; g < GROUPS; ++g) {
+      const __m512i columns = _mm512_loadu_si512(w + g * 64);
+      for (int r = 0; r < R; ++r) {
+        int32_t codes;
+        std::memcpy(&codes, x + r * TILE_K + g * 4, sizeof codes);
+        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(codes), columns);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_store_si512(sums + r * TILE_N, _mm512_sub_epi32(acc[r], offset));
+}
+
+// Up to four 16-row groups of x (`live`, the last holding `last_rows` rows) times one 16-column block of W; a short
+// last group runs only its rows, rounded up to a power of two.
+void multiply_rows_vnni(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blocks, int live, int last_rows,
+                        Sums& sums) {
+  const __m512i offset_codes = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i offset = _mm512_setzero_si512();
+  for (int64_t kb = 0; kb < k_blocks; ++kb)
+    for (int line = 0; line < TILE_BYTES; line += 64)
+      offset = _mm512_dpbusd_epi32(offset, offset_codes, _mm512_loadu_si512(b + kb * TILE_BYTES + line));
+  for (int t = 0; t < live; ++t) {
+    const int rows = t + 1 < live ? TILE_M : last_rows;
+    const int8_t* x = a + t * step;
+    if (rows > 8)
+      multiply_group_vnni<16>(x, b, k_blocks, offset, sums[t]);
+    else if (rows > 4)
+      multiply_group_vnni<8>(x, b, k_blocks, offset, sums[t]);
+    else if (rows > 2)
+      multiply_group_vnni<4>(x, b, k_blocks, offset, sums[t]);
+    else if (rows > 1)
+      multiply_group_vnni<2>(x, b, k_blocks, offset, sums[t]);
+    else
+      multiply_group_vnni<1>(x, b, k_blocks, offset, sums[t]);
+  }
+}
+
+enum class Isa { kAmx, kVnni };
+
 // What the rescaled sums become: act(x W^T + b), or, for a gated MLP whose weight holds (gate block, up block) pairs
 // of the same 16 columns, act(gate) * up. The activation codes are the operators' (amx_int8.py's ACTIVATION_CODES).
 enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };
@@ -130,7 +191,7 @@ inline __m512 activate(Activation activation, __m512 v) {
 
 // y = act(x W^T + b) (plain) or act(x Wg^T + bg) * (x Wu^T + bu) (gated); T the activations' type (fp32 or bf16)
 // in and out; y is allocated [m, out_features].
-template <typename T>
+template <typename T, Isa isa>
 void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const torch::Tensor& w_scale,
                  const torch::Tensor& bias, int64_t out_features, Epilogue epilogue, torch::Tensor& y) {
   const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
@@ -141,8 +202,9 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   int8_t* q = blocked.data_ptr<int8_t>();
   float* xs = x_scale.data_ptr<float>();
   const int64_t rows_inline = std::max<int64_t>(TILE_M, QUANTIZE_INLINE_VALUES / k);  // small x: no fork/join
+  const auto flip = static_cast<int8_t>(isa == Isa::kVnni ? 0x80 : 0);
   at::parallel_for(0, m, rows_inline, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, k_blocks, i, q);
+    for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, k_blocks, i, flip, q);
   });
   const int8_t* wp = packed.data_ptr<int8_t>();
   const float* ws = w_scale.data_ptr<float>();
@@ -153,14 +215,21 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
   // weight as one contiguous stream, once per 64 rows of x.
   at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) Sums sums, up_sums;
-    vlabench_amx::configure_tiles();
+    if constexpr (isa == Isa::kAmx) vlabench_amx::configure_tiles();
     for (int64_t m0 = 0; m0 < m_tiles; m0 += C_TILES) {
       const int live = static_cast<int>(std::min<int64_t>(C_TILES, m_tiles - m0));
+      const int last_rows = static_cast<int>(std::min<int64_t>(TILE_M, m - (m0 + live - 1) * TILE_M));
       const int8_t* a = q + m0 * step;
+      auto multiply = [&](const int8_t* b, Sums& into) {
+        if constexpr (isa == Isa::kAmx)
+          multiply_rows(a, step, b, k_blocks, live, into);
+        else
+          multiply_rows_vnni(a, step, b, k_blocks, live, last_rows, into);
+      };
       for (int64_t task = begin; task < end; ++task) {
         const int64_t nb = gated ? 2 * task : task, n0 = task * TILE_N;
-        multiply_rows(a, step, wp + nb * step, k_blocks, live, sums);
-        if (gated) multiply_rows(a, step, wp + (nb + 1) * step, k_blocks, live, up_sums);
+        multiply(wp + nb * step, sums);
+        if (gated) multiply(wp + (nb + 1) * step, up_sums);
         const __m512 w_first = _mm512_loadu_ps(ws + nb * TILE_N), b_first = _mm512_loadu_ps(bp + nb * TILE_N);
         const int64_t up = gated ? nb + 1 : nb;
         const __m512 w_up = _mm512_loadu_ps(ws + up * TILE_N), b_up = _mm512_loadu_ps(bp + up * TILE_N);
@@ -179,14 +248,21 @@ void linear_into(const torch::Tensor& xc, const torch::Tensor& packed, const tor
           }
       }
     }
-    _tile_release();
+    if constexpr (isa == Isa::kAmx) _tile_release();
   });
 }
 
+template <Isa isa>
 torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                          const torch::Tensor& bias, int64_t out_features, Epilogue epilogue) {
-  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
   const auto dtype = x.scalar_type();
+  if constexpr (isa == Isa::kAmx) {
+    TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (arch_prctl XTILEDATA)");
+  } else {
+    const bool bf16_ok = dtype != torch::kBFloat16 || __builtin_cpu_supports("avx512bf16");
+    TORCH_CHECK(__builtin_cpu_supports("avx512vnni") && bf16_ok,
+                "the VNNI int8 kernel needs AVX512-VNNI, and AVX512-BF16 for bf16 activations");
+  }
   TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
               "int8_linear takes 2-D fp32 or bf16 activations");
   const auto xc = x.contiguous();
@@ -200,9 +276,9 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   auto y = torch::empty({xc.size(0), out_features}, xc.options());
   if (xc.size(0) == 0) return y;
   if (dtype == torch::kFloat)
-    linear_into<float>(xc, packed, w_scale, bias, out_features, epilogue, y);
+    linear_into<float, isa>(xc, packed, w_scale, bias, out_features, epilogue, y);
   else
-    linear_into<at::BFloat16>(xc, packed, w_scale, bias, out_features, epilogue, y);
+    linear_into<at::BFloat16, isa>(xc, packed, w_scale, bias, out_features, epilogue, y);
   return y;
 }
 
@@ -217,32 +293,36 @@ Activation activation_of(int64_t code, bool gated) {
 // x [M, K] fp32 or bf16; packed from pack_weight; w_scale and bias [N padded to 16] fp32; activation -1 (none),
 // 0 (SiLU) or 1 (GELU, tanh form), applied to the fp32 result. Returns [M, out_features] in x's dtype (the sums,
 // the rescale and the activation are fp32 either way; one rounding).
+template <Isa isa>
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                           const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
+  return run_linear<isa>(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
 }
 
 // A gated MLP's gate and up projections in one call: packed holds (gate block i, up block i) pairs of 16 columns,
 // w_scale and bias likewise; activation 0 is SiLU, 1 GELU (tanh form). Returns act(x Wg^T + bg) * (x Wu^T + bu),
 // [M, out_features] in x's dtype, rounded once from fp32.
+template <Isa isa>
 torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                                 const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
+  return run_linear<isa>(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
 }
 
-// The operator, registered with the dispatcher so eager calls skip Python and torch.compile sees one opaque op.
+// The operators, one pair per instruction set, registered with the dispatcher so eager calls skip Python and
+// torch.compile sees one opaque op.
 TORCH_LIBRARY(vlabench, library) {
-  library.def(
-      "amx_int8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)"
-      " -> Tensor");
-  library.def(
-      "amx_int8_gated_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)"
-      " -> Tensor");
+  for (const char* isa : {"amx", "vnni"}) {
+    const std::string args = "(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)";
+    library.def((std::string(isa) + "_int8_linear" + args + " -> Tensor").c_str());
+    library.def((std::string(isa) + "_int8_gated_linear" + args + " -> Tensor").c_str());
+  }
 }
 
 TORCH_LIBRARY_IMPL(vlabench, CPU, library) {
-  library.impl("amx_int8_linear", &int8_linear);
-  library.impl("amx_int8_gated_linear", &int8_gated_linear);
+  library.impl("amx_int8_linear", &int8_linear<Isa::kAmx>);
+  library.impl("amx_int8_gated_linear", &int8_gated_linear<Isa::kAmx>);
+  library.impl("vnni_int8_linear", &int8_linear<Isa::kVnni>);
+  library.impl("vnni_int8_gated_linear", &int8_gated_linear<Isa::kVnni>);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {

@@ -1,4 +1,4 @@
-"""vlabench's own int8 linear on Intel AMX, for the action expert's small-M GEMMs (issue 19, section 3).
+"""vlabench's own int8 linear on Intel AMX or AVX512-VNNI, for the action expert's small-M GEMMs (issue 19, §3).
 
 Why it exists: at the expert's shapes (50 rows, K and N of 720–2048) oneDNN's int8 GEMM (``torch._int_mm``, the
 kernel behind torchao's dynamic int8 on CPU) ran at a fraction of this CPU's measured int8 peak and streamed
@@ -6,13 +6,15 @@ weights at about a quarter of its read bandwidth (``benchmarks/expert_profile.py
 measures both side by side). The kernel (``amx_int8.cpp``) quantizes the activations per row, multiplies on AMX
 tiles against a weight packed once at load, and dequantizes in the same pass; the scheme is torchao's dynamic
 int8 (weights per-channel symmetric, activations per-token symmetric). fp32 and bf16 activations go in and come out
-as they are.
+as they are. On CPUs without AMX but with AVX512-VNNI (AMD Zen 4 and 5, Intel Ice Lake and Cascade Lake) the same
+packed weight runs through a VNNI path of the same kernel (``ISAS``): same scheme, same sums, same epilogue.
 
 It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
 cached by torch under ``TORCH_EXTENSIONS_DIR``), in one extension with the AMX bf16 attention
-(``amx_attention.py``); loading it registers the operators ``vlabench::amx_int8_linear`` and
-``vlabench::amx_attention`` with torch's dispatcher (eager calls go straight to C++; ``torch.compile`` keeps each as
-one opaque call). ``unavailable_reason()`` says why they cannot run on a host.
+(``amx_attention.py``); loading it registers the operators ``vlabench::{amx,vnni}_int8_linear``,
+``vlabench::{amx,vnni}_int8_gated_linear`` and ``vlabench::amx_attention`` with torch's dispatcher (eager calls go
+straight to C++; ``torch.compile`` keeps each as one opaque call). ``unavailable_reason(isa)`` says why a path
+cannot run on a host.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import hashlib
 import platform
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -37,7 +38,12 @@ from vlabench.models.replicas.layers import GatedMLP, PointwiseMLP, SharedInputP
 SOURCES = [
     Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h")
 ]
-REQUIRED_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16")
+ISAS: dict[str, tuple[str, ...]] = {
+    "amx": ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16"),
+    "vnni": ("avx512f", "avx512bw", "avx512_vnni"),
+}
+"""The kernel's paths, fastest first, with the CPU flags each needs (the VNNI path's bf16 activations also need
+avx512_bf16; without it the float parts stay fp32, see ``float_dtype``)."""
 COMPILE_FLAGS = [
     "-O3",
     "-mamx-tile",
@@ -48,6 +54,7 @@ COMPILE_FLAGS = [
     "-mavx512vl",
     "-mavx512dq",
     "-mavx512bf16",
+    "-mavx512vnni",
     "-fopenmp",
 ]
 TILE_N = 16  # output features are padded to whole 16-column tiles
@@ -57,28 +64,36 @@ NO_ACTIVATION = -1
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # activation dtypes the kernel reads and writes as they are
 
 
-def unavailable_reason() -> str | None:
-    """None when the kernel can be built and run here, else why not (checked before any compiling)."""
+def unavailable_reason(isa: str = "amx") -> str | None:
+    """None when the kernel's ``isa`` path ("amx" or "vnni") can be built and run here, else why not (checked
+    before any compiling)."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"the AMX int8 kernel needs Linux on x86-64 (this is {sys.platform} {platform.machine()})"
-    missing = [flag for flag in REQUIRED_FLAGS if flag not in read_cpu_flags()]
+        return f"the int8 kernel needs Linux on x86-64 (this is {sys.platform} {platform.machine()})"
+    missing = [flag for flag in ISAS[isa] if flag not in read_cpu_flags()]
     if missing:
-        return f"the AMX int8 kernel needs a CPU with {', '.join(REQUIRED_FLAGS)} (missing here: {', '.join(missing)})"
+        needed = ", ".join(ISAS[isa])
+        return f"the {isa.upper()} int8 kernel needs a CPU with {needed} (missing here: {', '.join(missing)})"
     if shutil.which("ninja") is None:
-        return "the AMX int8 kernel is compiled on first use and needs ninja (pip install ninja)"
+        return "the int8 kernel is compiled on first use and needs ninja (pip install ninja)"
     from torch.utils.cpp_extension import get_cxx_compiler
 
     if shutil.which(get_cxx_compiler()) is None:
-        return f"the AMX int8 kernel is compiled on first use and needs a C++ compiler ({get_cxx_compiler()} not found)"
+        return f"the int8 kernel is compiled on first use and needs a C++ compiler ({get_cxx_compiler()} not found)"
     return None
+
+
+def float_dtype() -> torch.dtype:
+    """The dtype a model's float parts run in around the kernel: bf16 where the CPU has it natively (AVX512-BF16,
+    which every AMX CPU has; the kernel reads and writes bf16 itself), else fp32."""
+    return torch.bfloat16 if "avx512_bf16" in read_cpu_flags() else torch.float32
 
 
 @functools.cache
 def extension() -> ModuleType:
     """The compiled kernel (built once per source version, then loaded from torch's extension cache)."""
-    reason = unavailable_reason()
-    if reason:
-        raise UnavailableError(reason)
+    reasons = [unavailable_reason(isa) for isa in ISAS]
+    if all(reasons):
+        raise UnavailableError(reasons[-1])
     from torch.utils.cpp_extension import load
 
     text = b"".join(path.read_bytes() for path in SOURCES) + " ".join(COMPILE_FLAGS).encode()
@@ -93,9 +108,10 @@ def extension() -> ModuleType:
         )
     except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
-        raise UnavailableError(f"building the AMX kernels (int8 linear, bf16 attention) failed:\n{tail}") from exc
-    torch.library.register_fake("vlabench::amx_int8_linear")(_output_like)
-    torch.library.register_fake("vlabench::amx_int8_gated_linear")(_output_like)
+        raise UnavailableError(f"building the int8 and attention kernels failed:\n{tail}") from exc
+    for isa in ISAS:
+        torch.library.register_fake(f"vlabench::{isa}_int8_linear")(_output_like)
+        torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
     torch.library.register_fake("vlabench::amx_attention")(_attention_like)
     return module
 
@@ -103,7 +119,7 @@ def extension() -> ModuleType:
 def _output_like(
     x: Tensor, packed: Tensor, w_scale: Tensor, bias: Tensor, out_features: int, activation: int
 ) -> Tensor:
-    """What ``vlabench::amx_int8_linear`` and ``amx_int8_gated_linear`` return, for torch.compile's tracing:
+    """What the int8 operators (``vlabench::{isa}_int8_linear``, ``{isa}_int8_gated_linear``) return, for tracing:
     [M, out_features] in x's dtype."""
     return x.new_empty((x.shape[0], out_features))
 
@@ -126,13 +142,17 @@ def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
     return torch.cat([tensor, tensor.new_zeros((rows - tensor.shape[0], *tensor.shape[1:]))])
 
 
-class AmxInt8Linear(nn.Module):
-    """A Linear whose weight is int8 in the AMX kernel's packed layout; any float in, the same dtype out (fp32 and
-    bf16 go through the kernel as they are, other dtypes through fp32). ``activation`` (an ``ACTIVATION_CODES``
-    name, set by ``fuse_mlp_activations``) is applied in the kernel's epilogue, to the fp32 result."""
+class Int8Linear(nn.Module):
+    """A Linear whose weight is int8 in the kernel's packed layout, run on its ``isa`` path; any float in, the same
+    dtype out (fp32 and bf16 go through the kernel as they are, other dtypes through fp32). ``activation`` (an
+    ``ACTIVATION_CODES`` name, set by ``fuse_mlp_activations``) is applied in the kernel's epilogue, to the fp32
+    result."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, isa: str = "amx") -> None:
         super().__init__()
+        if isa not in ISAS:
+            raise ValueError(f"no int8 kernel path '{isa}' (the paths are {', '.join(ISAS)})")
+        self.isa = isa
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.activation: str | None = None
         codes, scales = quantize_weight(linear.weight)
@@ -144,16 +164,18 @@ class AmxInt8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         code = ACTIVATION_CODES[self.activation] if self.activation else NO_ACTIVATION
-        return _on_kernel(torch.ops.vlabench.amx_int8_linear, self, x, self.out_features, code)
+        return _on_kernel(self, x, self.out_features, code)
 
     def extra_repr(self) -> str:
         then = f", then {self.activation}" if self.activation else ""
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 AMX{then}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 {self.isa.upper()}{then}"
 
 
-def _on_kernel(operator: Callable[..., Tensor], module: nn.Module, x: Tensor, out_features: int, code: int) -> Tensor:
-    """One of the int8 operators on the rows of ``x`` with ``module``'s packed weight, scales and bias: [..., in]
-    -> [..., out_features] in x's dtype (fp32 and bf16 go through the kernel as they are, others through fp32)."""
+def _on_kernel(module: nn.Module, x: Tensor, out_features: int, code: int, gated: bool = False) -> Tensor:
+    """The int8 operator on ``module``'s path (its ``isa``; the gated call when ``gated``) on the rows of ``x`` with
+    its packed weight, scales and bias: [..., in] -> [..., out_features] in x's dtype (fp32 and bf16 go through the
+    kernel as they are, others through fp32)."""
+    operator = getattr(torch.ops.vlabench, f"{module.isa}_int8_{'gated_' if gated else ''}linear")
     flat = x.reshape(-1, module.in_features)
     flat = flat if flat.dtype in KERNEL_DTYPES else flat.float()
     out = operator(flat, module.packed, module.w_scale, module.bias, out_features, code)
@@ -170,15 +192,15 @@ def _interleave_columns(gate: Tensor, up: Tensor) -> Tensor:
     return _interleave_blocks(gate.view(-1, TILE_N), up.view(-1, TILE_N)).reshape(-1)
 
 
-class AmxInt8GatedMLP(nn.Module):
-    """A gated MLP (``layers.GatedMLP``) whose gate and up projections are one AMX int8 call: their packed weights
+class Int8GatedMLP(nn.Module):
+    """A gated MLP (``layers.GatedMLP``) whose gate and up projections are one int8 kernel call: their packed weights
     interleaved by 16-column block, act(gate) * up taken in the kernel's epilogue in fp32 (one rounding, no
-    separate activation pass); the down projection stays an ``AmxInt8Linear``."""
+    separate activation pass); the down projection stays an ``Int8Linear``."""
 
     def __init__(self, mlp: GatedMLP) -> None:
         super().__init__()
         gate, up = mlp.gate_proj, mlp.up_proj
-        self.in_features, self.out_features = gate.in_features, gate.out_features
+        self.isa, self.in_features, self.out_features = gate.isa, gate.in_features, gate.out_features
         self.activation = ACTIVATION_CODES[mlp.activation]
         self.register_buffer("packed", _interleave_blocks(gate.packed, up.packed))
         self.register_buffer("w_scale", _interleave_columns(gate.w_scale, up.w_scale))
@@ -186,39 +208,41 @@ class AmxInt8GatedMLP(nn.Module):
         self.down_proj = mlp.down_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        operator = torch.ops.vlabench.amx_int8_gated_linear
-        return self.down_proj(_on_kernel(operator, self, x, self.out_features, self.activation))
+        return self.down_proj(_on_kernel(self, x, self.out_features, self.activation, gated=True))
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, gate and up fused, int8 AMX"
+        shape = f"in_features={self.in_features}, out_features={self.out_features}"
+        return f"{shape}, gate and up fused, int8 {self.isa.upper()}"
 
 
 def fuse_gated_mlps(model: nn.Module) -> int:
     """Every ``GatedMLP`` of ``model`` whose gate and up projections are on the kernel becomes an
-    ``AmxInt8GatedMLP``; returns how many."""
+    ``Int8GatedMLP``; returns how many."""
     fused = 0
 
     def fuse(name: str, module: nn.Module) -> nn.Module | None:
         nonlocal fused
         if not isinstance(module, GatedMLP) or module.activation not in ACTIVATION_CODES:
             return None
-        if not (isinstance(module.gate_proj, AmxInt8Linear) and isinstance(module.up_proj, AmxInt8Linear)):
+        if not (isinstance(module.gate_proj, Int8Linear) and isinstance(module.up_proj, Int8Linear)):
+            return None
+        if module.gate_proj.isa != module.up_proj.isa:
             return None
         fused += 1
-        return AmxInt8GatedMLP(module)
+        return Int8GatedMLP(module)
 
     transform_modules(model, fuse)
     return fused
 
 
-class AmxInt8SharedInput(nn.Module):
-    """Linear layers that read the same input (an attention block's q, k and v) as one AMX int8 call: their packed
+class Int8SharedInput(nn.Module):
+    """Linear layers that read the same input (an attention block's q, k and v) as one int8 kernel call: their packed
     weights, scales and biases concatenated by 16-column block, the input quantized once, the output split back.
     Each column's arithmetic is the same as in its own layer's call."""
 
-    def __init__(self, linears: list[AmxInt8Linear]) -> None:
+    def __init__(self, linears: list[Int8Linear]) -> None:
         super().__init__()
-        self.in_features = linears[0].in_features
+        self.isa, self.in_features = linears[0].isa, linears[0].in_features
         self.widths = [linear.out_features for linear in linears]
         self.padded = [linear.packed.shape[0] * TILE_N for linear in linears]
         self.register_buffer("packed", torch.cat([linear.packed for linear in linears]))
@@ -226,26 +250,27 @@ class AmxInt8SharedInput(nn.Module):
         self.register_buffer("bias", torch.cat([linear.bias for linear in linears]))
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
-        out = _on_kernel(torch.ops.vlabench.amx_int8_linear, self, x, sum(self.padded), NO_ACTIVATION)
+        out = _on_kernel(self, x, sum(self.padded), NO_ACTIVATION)
         parts = out.split(self.padded, dim=-1)
         return tuple(part[..., :width] for part, width in zip(parts, self.widths, strict=True))
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={'+'.join(map(str, self.widths))}, one int8 AMX call"
+        widths = "+".join(map(str, self.widths))
+        return f"in_features={self.in_features}, out_features={widths}, one int8 {self.isa.upper()} call"
 
 
 def fuse_shared_input_projections(model: nn.Module) -> int:
     """Every attention block whose q, k and v projections read one input and are all on the kernel gets them as one
-    ``AmxInt8SharedInput`` call (``SharedInputProjections.fused_qkv``; the three layers are dropped); returns how
+    ``Int8SharedInput`` call (``SharedInputProjections.fused_qkv``; the three layers are dropped); returns how
     many."""
     fused = 0
     for module in model.modules():
         if not isinstance(module, SharedInputProjections):
             continue
         linears = [module.q_proj, module.k_proj, module.v_proj]
-        on_kernel = all(isinstance(linear, AmxInt8Linear) and linear.activation is None for linear in linears)
-        if on_kernel and len({linear.in_features for linear in linears}) == 1:
-            module.fused_qkv = AmxInt8SharedInput(linears)
+        on_kernel = all(isinstance(linear, Int8Linear) and linear.activation is None for linear in linears)
+        if on_kernel and len({(linear.in_features, linear.isa) for linear in linears}) == 1:
+            module.fused_qkv = Int8SharedInput(linears)
             module.q_proj = module.k_proj = module.v_proj = None
             fused += 1
     return fused
@@ -256,7 +281,7 @@ def fuse_mlp_activations(model: nn.Module) -> int:
     has takes that activation in the kernel's epilogue (one rounding, no separate pass); returns how many."""
     fused = 0
     for module in model.modules():
-        on_kernel = isinstance(module, PointwiseMLP) and isinstance(module.fc1, AmxInt8Linear)
+        on_kernel = isinstance(module, PointwiseMLP) and isinstance(module.fc1, Int8Linear)
         if on_kernel and module.activation in ACTIVATION_CODES and module.fc1.activation is None:
             module.fc1.activation, module.activation = module.activation, "identity"
             fused += 1

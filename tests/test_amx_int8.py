@@ -1,5 +1,6 @@
-"""vlabench's AMX int8 linear (``kernels/amx_int8.py``) against an exact integer reference, under torch.compile,
-and as the torch backends' CPU int8 scheme on every model family; where it cannot run, why, and the fallback."""
+"""vlabench's int8 linear (``kernels/amx_int8.py``), on each of its paths (AMX, AVX512-VNNI) this CPU runs, against
+an exact integer reference, under torch.compile, and as the torch backends' CPU int8 scheme on every model family;
+where a path cannot run, why, and the fallback."""
 
 from __future__ import annotations
 
@@ -10,8 +11,20 @@ from vlabench.errors import UnavailableError
 from vlabench.kernels import amx_int8
 
 CPU = torch.device("cpu")
-REASON = amx_int8.unavailable_reason()
-needs_amx = pytest.mark.skipif(REASON is not None, reason=f"the AMX int8 kernel cannot run here: {REASON}")
+REASONS = {isa: amx_int8.unavailable_reason(isa) for isa in amx_int8.ISAS}
+DEFAULT_ISA = next((isa for isa, reason in REASONS.items() if reason is None), None)  # the scheme a run picks here
+needs_kernel = pytest.mark.skipif(DEFAULT_ISA is None, reason=f"no int8 kernel path runs here: {REASONS}")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(isa, marks=pytest.mark.skipif(reason is not None, reason=f"the {isa} path cannot run: {reason}"))
+        for isa, reason in REASONS.items()
+    ]
+)
+def isa(request) -> str:
+    """Each of the kernel's paths that runs on this CPU (an AMX CPU runs both)."""
+    return request.param
 
 
 def symmetric_codes(rows: torch.Tensor, multiply_by_inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,40 +46,37 @@ def reference(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], linear.out_features)
 
 
-@needs_amx
 @pytest.mark.parametrize(
     ("rows", "in_features", "out_features"),
     [(1, 64, 16), (50, 720, 2048), (65, 100, 40), (130, 1152, 272), (16, 2048, 720), (7, 33, 5)],
 )
 @pytest.mark.parametrize("bias", [True, False])
-def test_matches_the_integer_reference(rows, in_features, out_features, bias):
+def test_matches_the_integer_reference(rows, in_features, out_features, bias, isa):
     """Row counts around the 16-row tiles and the 64-row block, widths off the 64-byte tiles, outputs off 16."""
     torch.manual_seed(rows * in_features + out_features)
     linear = torch.nn.Linear(in_features, out_features, bias=bias)
     x = torch.randn(rows, in_features) * 3
-    out = amx_int8.AmxInt8Linear(linear)(x)
+    out = amx_int8.Int8Linear(linear, isa)(x)
     assert out.shape == (rows, out_features) and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), reference(x, linear), rtol=1e-5, atol=1e-5)
 
 
-@needs_amx
-def test_keeps_batch_dims_and_dtype_and_zero_rows():
+def test_keeps_batch_dims_and_dtype_and_zero_rows(isa):
     torch.manual_seed(0)
     linear = torch.nn.Linear(96, 48)
     x = torch.randn(2, 5, 96).to(torch.bfloat16)
     x[1, 3] = 0
-    out = amx_int8.AmxInt8Linear(linear)(x)
+    out = amx_int8.Int8Linear(linear, isa)(x)
     assert out.shape == (2, 5, 48) and out.dtype == torch.bfloat16
     torch.testing.assert_close(out[1, 3].float(), linear.bias.detach().to(torch.bfloat16).float())
     torch.testing.assert_close(out.double(), reference(x.float(), linear), rtol=2e-2, atol=2e-2)
 
 
-@needs_amx
-def test_other_float_dtypes_go_through_fp32_and_come_back_in_their_own():
+def test_other_float_dtypes_go_through_fp32_and_come_back_in_their_own(isa):
     """fp16 is not a kernel dtype: the rows go in as fp32 and the output is cast back, for every int8 module."""
     torch.manual_seed(2)
-    module = amx_int8.AmxInt8Linear(torch.nn.Linear(96, 40))
-    _, gated = gated_pair(96, 48, "silu", 2)
+    module = amx_int8.Int8Linear(torch.nn.Linear(96, 40), isa)
+    _, gated = gated_pair(96, 48, "silu", 2, isa)
     x = torch.randn(3, 4, 96).to(torch.float16)
     with torch.inference_mode():
         for call in (module, gated):
@@ -75,24 +85,22 @@ def test_other_float_dtypes_go_through_fp32_and_come_back_in_their_own():
             assert torch.equal(out, call(x.float()).to(torch.float16))
 
 
-@needs_amx
 @pytest.mark.parametrize(("rows", "in_features", "out_features"), [(50, 720, 2048), (7, 33, 5)])
-def test_bf16_runs_in_the_kernel_as_its_fp32_result_rounded(rows, in_features, out_features):
+def test_bf16_runs_in_the_kernel_as_its_fp32_result_rounded(rows, in_features, out_features, isa):
     """bf16 activations are read and written by the kernel itself: the same sums as the fp32 path on the same
     values, rounded to nearest even like torch's own conversion (masked tails included)."""
     torch.manual_seed(rows + in_features)
-    module = amx_int8.AmxInt8Linear(torch.nn.Linear(in_features, out_features))
+    module = amx_int8.Int8Linear(torch.nn.Linear(in_features, out_features), isa)
     x = (torch.randn(rows, in_features) * 3).to(torch.bfloat16)
     out = module(x)
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, module(x.float()).to(torch.bfloat16))
 
 
-@needs_amx
-def test_compiles_as_one_opaque_call():
+def test_compiles_as_one_opaque_call(isa):
     """fullgraph compile keeps the custom op (no graph break) and gives the eager result."""
     torch.manual_seed(1)
-    module = amx_int8.AmxInt8Linear(torch.nn.Linear(200, 80))
+    module = amx_int8.Int8Linear(torch.nn.Linear(200, 80), isa)
     x = torch.randn(3, 17, 200)
     compiled = torch.compile(module, fullgraph=True, dynamic=False)
     with torch.inference_mode():
@@ -102,8 +110,9 @@ def test_compiles_as_one_opaque_call():
 ACTIVATIONS = {"silu": torch.nn.functional.silu, "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
 
 
-def gated_pair(hidden: int, intermediate: int, activation: str, seed: int):
-    """A float GatedMLP and its fused AMX form with the down projection taken off (its output is act(gate) * up)."""
+def gated_pair(hidden: int, intermediate: int, activation: str, seed: int, isa: str):
+    """A float GatedMLP and its fused form on the kernel's ``isa`` path with the down projection taken off (its
+    output is act(gate) * up)."""
     from vlabench.models.replicas.layers import GatedMLP
 
     torch.manual_seed(seed)
@@ -111,21 +120,20 @@ def gated_pair(hidden: int, intermediate: int, activation: str, seed: int):
     for linear in (mlp.gate_proj, mlp.up_proj):
         torch.nn.init.normal_(linear.weight, std=0.2)
     on_kernel = GatedMLP(hidden, intermediate, activation)
-    on_kernel.gate_proj, on_kernel.up_proj = (amx_int8.AmxInt8Linear(m) for m in (mlp.gate_proj, mlp.up_proj))
-    fused = amx_int8.AmxInt8GatedMLP(on_kernel)
+    on_kernel.gate_proj, on_kernel.up_proj = (amx_int8.Int8Linear(m, isa) for m in (mlp.gate_proj, mlp.up_proj))
+    fused = amx_int8.Int8GatedMLP(on_kernel)
     fused.down_proj = torch.nn.Identity()
     return mlp, fused
 
 
-@needs_amx
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize(
     ("rows", "hidden", "intermediate"), [(1, 64, 16), (50, 720, 2048), (17, 72, 40), (70, 100, 48)]
 )
-def test_the_gated_call_is_the_activated_gate_times_up(activation, rows, hidden, intermediate):
+def test_the_gated_call_is_the_activated_gate_times_up(activation, rows, hidden, intermediate, isa):
     """One call for gate and up: act(gate) * up of the two integer references, the activation in the kernel's
     epilogue (outputs off 16 and row counts around the tiles)."""
-    mlp, fused = gated_pair(hidden, intermediate, activation, rows + hidden)
+    mlp, fused = gated_pair(hidden, intermediate, activation, rows + hidden, isa)
     x = torch.randn(rows, hidden) * 3
     gate, up = reference(x, mlp.gate_proj), reference(x, mlp.up_proj)
     expected = ACTIVATIONS[activation](gate) * up
@@ -135,11 +143,10 @@ def test_the_gated_call_is_the_activated_gate_times_up(activation, rows, hidden,
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
-@needs_amx
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-def test_the_gated_call_in_bf16_is_its_fp32_result_rounded_and_compiles(activation):
+def test_the_gated_call_in_bf16_is_its_fp32_result_rounded_and_compiles(activation, isa):
     """bf16 in and out, one rounding of the fp32 result; fullgraph compile keeps it one opaque call."""
-    _, fused = gated_pair(720, 2048, activation, 3)
+    _, fused = gated_pair(720, 2048, activation, 3, isa)
     x = (torch.randn(2, 25, 720) * 3).to(torch.bfloat16)
     with torch.inference_mode():
         out = fused(x)
@@ -149,20 +156,19 @@ def test_the_gated_call_in_bf16_is_its_fp32_result_rounded_and_compiles(activati
         assert torch.equal(compiled(x), out)
 
 
-def on_kernel_with(activation: str, linear: torch.nn.Linear) -> amx_int8.AmxInt8Linear:
-    module = amx_int8.AmxInt8Linear(linear)
+def on_kernel_with(activation: str, linear: torch.nn.Linear, isa: str) -> amx_int8.Int8Linear:
+    module = amx_int8.Int8Linear(linear, isa)
     module.activation = activation
     return module
 
 
-@needs_amx
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize(("rows", "in_features", "out_features"), [(1, 64, 16), (50, 768, 3072), (70, 100, 40)])
-def test_the_activation_is_taken_in_the_epilogue(activation, rows, in_features, out_features):
+def test_the_activation_is_taken_in_the_epilogue(activation, rows, in_features, out_features, isa):
     """act(x W^T + b) of the integer reference, in fp32; bf16 is the fp32 result rounded once; compile = eager."""
     torch.manual_seed(rows + in_features)
     linear = torch.nn.Linear(in_features, out_features)
-    module = on_kernel_with(activation, linear)
+    module = on_kernel_with(activation, linear, isa)
     x = torch.randn(rows, in_features) * 3
     with torch.inference_mode():
         out = module(x)
@@ -172,8 +178,7 @@ def test_the_activation_is_taken_in_the_epilogue(activation, rows, in_features, 
         assert torch.equal(torch.compile(module, fullgraph=True, dynamic=False)(x16), module(x16))
 
 
-@needs_amx
-def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once():
+def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once(isa):
     """SigLIP's tanh-GELU MLP takes its activation in fc1's epilogue (the MLP's own becomes the identity, the
     output stays the MLP's); exact GELU has no kernel form and stays as it is; a second pass fuses nothing."""
     from vlabench.models.replicas.layers import PointwiseMLP
@@ -181,7 +186,7 @@ def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once():
     torch.manual_seed(5)
     mlps = {name: PointwiseMLP(96, 160, name) for name in ("gelu_tanh", "gelu")}
     for mlp in mlps.values():
-        mlp.fc1 = amx_int8.AmxInt8Linear(mlp.fc1)
+        mlp.fc1 = amx_int8.Int8Linear(mlp.fc1, isa)
     x = torch.randn(2, 9, 96)
     with torch.inference_mode():
         before = {name: mlp(x) for name, mlp in mlps.items()}
@@ -195,9 +200,8 @@ def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once():
         assert torch.equal(exact(x), before["gelu"])
 
 
-@needs_amx
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype):
+def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype, isa):
     """q, k and v of a self-attention block (widths off 16) and of SigLIP's attention become one call whose outputs
     equal the three calls' bit for bit, eager and compiled; a cross-attention block (k and v read the prefix) keeps
     its three layers."""
@@ -213,48 +217,73 @@ def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype
     }
     for block in blocks.values():
         for name in ("q_proj", "k_proj", "v_proj"):
-            setattr(block, name, amx_int8.AmxInt8Linear(getattr(block, name)))
+            setattr(block, name, amx_int8.Int8Linear(getattr(block, name), isa))
     inputs = {name: torch.randn(2, 9, block.q_proj.in_features).to(dtype) for name, block in blocks.items()}
     with torch.inference_mode():
         before = {name: block.project(inputs[name]) for name, block in blocks.items() if name != "cross"}
         assert amx_int8.fuse_shared_input_projections(torch.nn.ModuleDict(blocks)) == 2
-        assert blocks["cross"].fused_qkv is None and isinstance(blocks["cross"].k_proj, amx_int8.AmxInt8Linear)
+        assert blocks["cross"].fused_qkv is None and isinstance(blocks["cross"].k_proj, amx_int8.Int8Linear)
         for name, expected in before.items():
             block = blocks[name]
-            assert isinstance(block.fused_qkv, amx_int8.AmxInt8SharedInput) and block.q_proj is None
+            assert isinstance(block.fused_qkv, amx_int8.Int8SharedInput) and block.q_proj is None
             fused = block.project(inputs[name])
             compiled = torch.compile(block.project, fullgraph=True, dynamic=False)(inputs[name])
             for one, shared, traced in zip(expected, fused, compiled, strict=True):
                 assert shared.dtype == dtype and torch.equal(shared, one) and torch.equal(traced, one)
 
 
-@needs_amx
-def test_activation_codes_outside_the_kernels_are_refused():
-    module = amx_int8.AmxInt8Linear(torch.nn.Linear(64, 16))
+def test_activation_codes_outside_the_kernels_are_refused(isa):
+    module = amx_int8.Int8Linear(torch.nn.Linear(64, 16), isa)
     x = torch.randn(2, 64)
     with pytest.raises(RuntimeError, match=r"activation is -1 \(none\), 0 \(SiLU\) or 1"):
-        torch.ops.vlabench.amx_int8_linear(x, module.packed, module.w_scale, module.bias, 16, 2)
-    _, fused = gated_pair(64, 16, "silu", 0)
+        getattr(torch.ops.vlabench, f"{isa}_int8_linear")(x, module.packed, module.w_scale, module.bias, 16, 2)
+    _, fused = gated_pair(64, 16, "silu", 0, isa)
     with pytest.raises(RuntimeError, match=r"a gated call's activation is 0 \(SiLU\) or 1"):
-        torch.ops.vlabench.amx_int8_gated_linear(x, fused.packed, fused.w_scale, fused.bias, 16, -1)
+        getattr(torch.ops.vlabench, f"{isa}_int8_gated_linear")(x, fused.packed, fused.w_scale, fused.bias, 16, -1)
+
+
+# /proc/cpuinfo flags of two CPUs without AMX (the x86 flags these tests read): an AMD EPYC Zen 4 (family 25, model
+# 17; read on a machine of this project) and an AVX2-only CPU without VNNI.
+ZEN4_FLAGS = {
+    *("fpu", "sse", "sse2", "ssse3", "fma", "sse4_1", "sse4_2", "avx", "f16c", "avx2", "bmi1", "bmi2", "avx512f"),
+    *("avx512dq", "avx512ifma", "avx512cd", "avx512bw", "avx512vl", "avx512_bf16", "avx512vbmi", "avx512_vbmi2"),
+    *("gfni", "vaes", "vpclmulqdq", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq"),
+}
+AVX2_FLAGS = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}
 
 
 def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
-    """On a CPU without AMX (recorded flags of an AVX-512 Xeon without AMX) the reason lists what is missing."""
-    flags = {"avx2", "avx512f", "avx512bw", "avx512_vnni", "fma"}
-    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: flags)
-    reason = amx_int8.unavailable_reason()
-    assert reason is not None and "missing here: amx_tile, amx_int8" in reason
+    """A Zen 4 runs the VNNI path and not the AMX one (the reason lists what is missing); an AVX2-only CPU neither;
+    the float parts are bf16 only where the CPU has AVX512-BF16."""
+    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: ZEN4_FLAGS)
+    reason = amx_int8.unavailable_reason("amx")
+    assert reason is not None and "missing here: amx_tile, amx_int8, amx_bf16" in reason
+    assert amx_int8.unavailable_reason("vnni") is None or "needs ninja" in amx_int8.unavailable_reason("vnni")
+    assert amx_int8.float_dtype() == torch.bfloat16
+    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: AVX2_FLAGS)
+    assert "missing here: avx512f, avx512bw, avx512_vnni" in amx_int8.unavailable_reason("vnni")
+    assert amx_int8.float_dtype() == torch.float32
+    with pytest.raises(ValueError, match="no int8 kernel path 'avx2'"):
+        amx_int8.Int8Linear(torch.nn.Linear(4, 4), "avx2")
 
 
-def test_the_int8_scheme_falls_back_to_torchao_with_the_reason(monkeypatch):
+def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_the_others(monkeypatch):
     from vlabench.backends import torch_quantize
 
-    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda: "no AMX on this CPU")
-    assert torch_quantize.choose_int8_scheme(CPU, None) == ("torchao", "no AMX on this CPU")
-    assert torch_quantize.choose_int8_scheme(CPU, "torchao") == ("torchao", None)
+    reasons = {"amx": "no AMX on this CPU", "vnni": None}
+    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda isa="amx": reasons[isa])
+    assert torch_quantize.choose_int8_scheme(CPU, None) == ("vnni", {"amx": "no AMX on this CPU"})
     with pytest.raises(UnavailableError, match="no AMX on this CPU"):
         torch_quantize.choose_int8_scheme(CPU, "amx")
+    assert torch_quantize.choose_int8_scheme(CPU, "vnni") == ("vnni", {})
+    reasons["vnni"] = "no VNNI either"
+    assert torch_quantize.choose_int8_scheme(CPU, None) == (
+        "torchao",
+        {"amx": "no AMX on this CPU", "vnni": "no VNNI either"},
+    )
+    assert torch_quantize.choose_int8_scheme(CPU, "torchao") == ("torchao", {})
+    with pytest.raises(UnavailableError, match="no VNNI either"):
+        torch_quantize.choose_int8_scheme(CPU, "vnni")
     with pytest.raises(UnavailableError, match="CPU int8 scheme"):
         torch_quantize.choose_int8_scheme(torch.device("cuda"), "amx")
 
@@ -262,58 +291,62 @@ def test_the_int8_scheme_falls_back_to_torchao_with_the_reason(monkeypatch):
 FAMILIES = ["smolvla-tiny", "pi0-tiny", "gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny", "openvla-7b-tiny"]
 
 
-@needs_amx
+@needs_kernel
 @pytest.mark.parametrize("name", FAMILIES)
 def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
-    """Every Linear the scheme takes runs on the kernel, and the actions stay within the int8 gate."""
+    """Every Linear the scheme takes runs on the kernel (the path a default run picks here), and the actions stay
+    within the int8 gate; attention runs on the AMX kernel only under the AMX scheme."""
     pytest.importorskip("torchao")
     from tests.test_quantized_runtimes import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
     from vlabench.kernels.amx_attention import AmxAttention
 
-    policy = TorchBackend(quant_scheme="amx").prepare(*tiny_inputs(name)[:2], CPU, "int8", 0)
+    policy = TorchBackend().prepare(*tiny_inputs(name)[:2], CPU, "int8", 0)
     details = policy.details()
-    assert details["quantization_scheme"] == "amx" and "AMX" in details["quantization"]
-    kernels = sum(isinstance(m, amx_int8.AmxInt8Linear) for m in policy.model.modules())
-    fused_pairs = 2 * sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
-    shared = sum(isinstance(m, amx_int8.AmxInt8SharedInput) for m in policy.model.modules())
-    assert shared == details["amx_fused_qkv"]
+    assert details["quantization_scheme"] == DEFAULT_ISA and DEFAULT_ISA.upper() in details["quantization"]
+    assert all(m.isa == DEFAULT_ISA for m in policy.model.modules() if hasattr(m, "packed"))
+    kernels = sum(isinstance(m, amx_int8.Int8Linear) for m in policy.model.modules())
+    fused_pairs = 2 * sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
+    shared = sum(isinstance(m, amx_int8.Int8SharedInput) for m in policy.model.modules())
+    assert shared == details["kernel_fused_qkv"]
     assert shared > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
     # a fused MLP holds its gate and up, a shared-input call its q, k and v
     assert kernels + fused_pairs + 3 * shared == details["quantized_linears"] > 0
     attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
-    assert attention == details["amx_attention_modules"]
-    gated = sum(isinstance(m, amx_int8.AmxInt8GatedMLP) for m in policy.model.modules())
-    assert gated == details["amx_gated_mlps"]
-    activated = [m for m in policy.model.modules() if isinstance(m, amx_int8.AmxInt8Linear) and m.activation]
-    assert len(activated) == details["amx_fused_activations"]
+    assert attention == details.get("amx_attention_modules", 0)
+    gated = sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
+    assert gated == details["kernel_gated_mlps"]
+    activated = [m for m in policy.model.modules() if isinstance(m, amx_int8.Int8Linear) and m.activation]
+    assert len(activated) == details["kernel_fused_activations"]
     assert activated or name in ("act-tiny", "diffusion-policy-tiny")  # SigLIP's MLPs, in every VLA family
     assert gated > 0 or name in ("gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny")  # no gated MLP in them
-    assert attention > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
+    no_sdpa = name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
+    assert attention > 0 if DEFAULT_ISA == "amx" and not no_sdpa else attention == 0
     actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")
     assert torch.isfinite(actions).all()
     check(verdict, agreement, name, "int8")
 
 
-@needs_amx
-def test_the_amx_scheme_runs_bf16_float_parts_behind_an_fp32_boundary(tiny_inputs):
-    """Inputs and velocities stay fp32 for the run; the cache between them is the replica's bf16; torchao's scheme
-    stays fp32 throughout."""
+@needs_kernel
+def test_the_kernel_scheme_runs_bf16_float_parts_behind_an_fp32_boundary(tiny_inputs):
+    """Inputs and velocities stay fp32 for the run; the cache between them is the replica's float dtype (bf16 on
+    every CPU with AVX512-BF16); torchao's scheme stays fp32 throughout."""
     pytest.importorskip("torchao")
     from vlabench.backends.torch_backend import TorchBackend
 
     spec, workload, obs, noise = tiny_inputs("smolvla-tiny")
-    policy = TorchBackend(quant_scheme="amx").prepare(spec, workload, CPU, "int8", 0)
-    assert policy.details()["float_activations"] == "bf16"
+    policy = TorchBackend(quant_scheme=DEFAULT_ISA).prepare(spec, workload, CPU, "int8", 0)
+    float_parts = amx_int8.float_dtype()
+    assert policy.details()["float_activations"] == {torch.bfloat16: "bf16", torch.float32: "fp32"}[float_parts]
     cache = policy.prefix(obs)
-    assert obs.images.dtype == torch.float32 and cache.keys.dtype == torch.bfloat16
+    assert obs.images.dtype == torch.float32 and cache.keys.dtype == float_parts
     assert policy.denoise_step(noise, torch.full((1,), 0.9), cache).dtype == torch.float32
     torchao = TorchBackend(quant_scheme="torchao").prepare(spec, workload, CPU, "int8", 0)
     assert torchao.details()["float_activations"] == "fp32"
     assert torchao.prefix(obs).keys.dtype == torch.float32
 
 
-@needs_amx
+@needs_kernel
 @pytest.mark.parametrize("name", ["smolvla-tiny", "act-tiny"])
 def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
     """The compiled int8 replica runs the same kernel and bf16 float parts as eager, inside the int8 gate."""
@@ -324,7 +357,7 @@ def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
     spec, workload = tiny_inputs(name)[:2]
     compiled = TorchCompileBackend().prepare(spec, workload, CPU, "int8", 0)
     eager = TorchBackend().prepare(spec, workload, CPU, "int8", 0)
-    assert compiled.details()["quantization_scheme"] == "amx" and compiled.details()["compile_total_s"] > 0
+    assert compiled.details()["quantization_scheme"] == DEFAULT_ISA and compiled.details()["compile_total_s"] > 0
     ours, (verdict, _), _ = run_against_reference(compiled, name, tiny_inputs, "int8")
     theirs, _, _ = run_against_reference(eager, name, tiny_inputs, "int8")
     assert verdict.passed, verdict

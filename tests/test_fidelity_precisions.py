@@ -13,7 +13,7 @@ import vlabench.backends.torch_quantize as torch_quantize
 import vlabench.optimizations.closed_loop.train as train_module
 from vlabench.cli.app import app
 from vlabench.kernels import amx_int8
-from vlabench.kernels.amx_int8 import AmxInt8Linear
+from vlabench.kernels.amx_int8 import Int8Linear
 from vlabench.measure.action_loops import EulerSampler
 from vlabench.optimizations.closed_loop import TrainConfig, success_rate
 from vlabench.optimizations.closed_loop.precision import (
@@ -65,11 +65,11 @@ def test_each_precision_acts_close_to_fp32_but_not_identically(policy, precision
 def test_quantized_policies_hold_the_backends_quantized_modules(policy):
     linears = {name for name, module in policy.named_modules() if isinstance(module, nn.Linear)}
     int8 = policy_at(policy, "int8")
-    int8_scheme = torch_quantize.choose_int8_scheme(CPU, None)[0]  # the AMX kernel where it runs, else torchao
+    int8_scheme = torch_quantize.choose_int8_scheme(CPU, None)[0]  # vlabench's kernel where it runs, else torchao
     quantized = {
         name
         for name, module in int8.policy.named_modules()
-        if isinstance(module, AmxInt8Linear)
+        if isinstance(module, Int8Linear)
         or (isinstance(module, nn.Linear) and isinstance(module.weight, torch_quantize_base_tensor()))
     }
     assert quantized == set(int8.quantized_linears) == linears  # the int8 scheme takes every Linear here
@@ -125,7 +125,7 @@ def test_fidelity_rows_at_each_precision_run_the_exact_rows_episodes(policy, mon
 def test_a_precision_that_cannot_run_is_skipped_with_the_reason(monkeypatch):
     narrow = build_policy(TrainConfig(width=16, heads=2, layers=1, prefix_tokens=2, mlp_ratio=1)).eval()
     monkeypatch.setattr(torch_quantize, "torchao_missing", lambda: "quantized torch runs need torchao: pip install x")
-    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda: "no AMX here")  # else int8 runs without torchao
+    monkeypatch.setattr(amx_int8, "unavailable_reason", lambda isa="amx": f"no {isa} here")  # else int8 runs anyway
     rows, skipped = precision_success_rates(narrow, PRECISIONS, episodes=1)
     assert [row.precision for row in rows] == ["bf16"] and rows[0].stats.variant == "exact bf16"
     assert skipped == [

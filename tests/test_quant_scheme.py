@@ -1,5 +1,5 @@
 """``--quant-scheme``: the int8 scheme of the backends that have a choice (OpenVINO ptq/weights, ONNX Runtime
-dynamic/qdq, torch and torch-compile amx/torchao on the CPU) reaches the run and its result; any other use is
+dynamic/qdq, torch and torch-compile amx/vnni/torchao on the CPU) reaches the run and its result; any other use is
 refused up front with the valid choices."""
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ pytestmark = pytest.mark.usefixtures("module_cache")
         ("onnxruntime", "qdq", "static QDQ int8"),
         ("onnxruntime", "dynamic", "dynamic int8"),
         ("torch", "torchao", "torchao int8 dynamic activation"),
-        pytest.param(
-            "torch",
-            "amx",
-            "vlabench AMX int8 kernel",
-            marks=pytest.mark.skipif(
-                __import__("vlabench.kernels.amx_int8").kernels.amx_int8.unavailable_reason() is not None,
-                reason="the AMX int8 kernel cannot run here",
-            ),
+        *(
+            pytest.param(
+                "torch",
+                isa,
+                words,
+                marks=pytest.mark.skipif(
+                    __import__("vlabench.kernels.amx_int8").kernels.amx_int8.unavailable_reason(isa) is not None,
+                    reason=f"the {isa} path of vlabench's int8 kernel cannot run here",
+                ),
+            )
+            for isa, words in (("amx", "vlabench AMX int8 kernel"), ("vnni", "vlabench int8 kernel on AVX512-VNNI"))
         ),
         pytest.param(
             "openvino",
@@ -73,7 +76,10 @@ def test_the_chosen_scheme_runs_and_is_recorded(tmp_path, backend, scheme, words
             "Valid onnxruntime int8 schemes: dynamic, qdq",
         ),
         (["-b", "onnxruntime", "--precision", "fp32", "--quant-scheme", "qdq"], "this run is fp32"),
-        (["-b", "torch", "--precision", "int8", "--quant-scheme", "dynamic"], "Valid torch int8 schemes: amx, torchao"),
+        (
+            ["-b", "torch", "--precision", "int8", "--quant-scheme", "dynamic"],
+            "Valid torch int8 schemes: amx, torchao, vnni",
+        ),
         (
             ["-b", "tensorrt", "--precision", "int8", "--quant-scheme", "qdq"],
             "applies to torch, torch-compile, onnxruntime, openvino",
