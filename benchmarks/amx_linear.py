@@ -1,7 +1,11 @@
-"""vlabench's AMX int8 linear against torchao's dynamic int8 linear (``torch._int_mm``), one whole Linear call each
-(activation quantization, int8 matmul, rescale), at the SmolVLA action expert's Linear shapes, batch 1.
+"""vlabench's int8 linear (its AMX or its AVX512-VNNI path) against torchao's dynamic int8 linear
+(``torch._int_mm``), one whole Linear call each (activation quantization, int8 matmul, rescale), at the SmolVLA
+action expert's Linear shapes, batch 1.
 
-    python benchmarks/amx_linear.py [--model smolvla] [--threads 2] [--json-out FILE]
+    python benchmarks/amx_linear.py [--model smolvla] [--threads 2] [--path amx|vnni] [--json-out FILE]
+
+``--path`` is the kernel's path to time (default: the first of amx, vnni that runs on this CPU; the report's
+``kernel``, and the prefix of its per-scheme keys).
 
 Each shape is timed twice per scheme, interleaved: ``hot`` calls one weight again and again (it stays in cache),
 ``cold`` walks a set of distinct weights of that shape totalling over ``--cold-mib`` MiB, so each call streams its
@@ -62,7 +66,8 @@ def build(scheme: str, width: tuple[int, int], count: int) -> list[nn.Module]:
 def measure(rows: int, width: tuple[int, int], args) -> dict:
     count = max(2, int(args.cold_mib * 2**20 // (width[0] * width[1])))
     x = torch.randn(rows, width[0])
-    layers = {scheme: build(scheme, width, count) for scheme in ("amx", "torchao")}
+    kernel = args.path
+    layers = {scheme: build(scheme, width, count) for scheme in (kernel, "torchao")}
     runs: dict[str, list[float]] = {f"{s} {k}": [] for s in layers for k in ("hot", "cold")}
     for built in layers.values():  # warm-up: first calls, the kernel build, page faults
         per_call_ms(built, x, count)
@@ -79,25 +84,26 @@ def measure(rows: int, width: tuple[int, int], args) -> dict:
         "distinct_weights_cold": count,
         "ms": medians,
         "spread_ms": {key: [min(v), max(v)] for key, v in runs.items()},
-        "amx_speedup": {k: medians[f"torchao {k}"] / medians[f"amx {k}"] for k in ("hot", "cold")},
-        "amx_top_s": {k: ops / medians[f"amx {k}"] / 1e9 for k in ("hot", "cold")},
-        "amx_cold_weight_gb_s": width[0] * width[1] / medians["amx cold"] / 1e6,
+        f"{kernel}_speedup": {k: medians[f"torchao {k}"] / medians[f"{kernel} {k}"] for k in ("hot", "cold")},
+        f"{kernel}_top_s": {k: ops / medians[f"{kernel} {k}"] / 1e9 for k in ("hot", "cold")},
+        f"{kernel}_cold_weight_gb_s": width[0] * width[1] / medians[f"{kernel} cold"] / 1e6,
     }
 
 
-def show(records: list[dict], console: Console) -> None:
-    table = Table(title="one int8 Linear call, ms (median): vlabench AMX kernel vs torchao dynamic int8")
-    for column in ("rows×in→out", "amx hot", "torchao hot", "× hot", "amx cold", "torchao cold", "× cold", "TOP/s"):
+def show(records: list[dict], kernel: str, console: Console) -> None:
+    table = Table(title=f"one int8 Linear call, ms (median): vlabench kernel ({kernel}) vs torchao dynamic int8")
+    columns = (f"{kernel} hot", "torchao hot", "× hot", f"{kernel} cold", "torchao cold", "× cold", "TOP/s")
+    for column in ("rows×in→out", *columns):
         table.add_column(column, justify="right")
     for r in records:
-        ms, speedup = r["ms"], r["amx_speedup"]
+        ms, speedup = r["ms"], r[f"{kernel}_speedup"]
         table.add_row(
             f"{r['rows']}×{r['in_features']}→{r['out_features']}",
-            *(f"{ms[k]:.3f}" for k in ("amx hot", "torchao hot")),
+            *(f"{ms[k]:.3f}" for k in (f"{kernel} hot", "torchao hot")),
             f"{speedup['hot']:.2f}×",
-            *(f"{ms[k]:.3f}" for k in ("amx cold", "torchao cold")),
+            *(f"{ms[k]:.3f}" for k in (f"{kernel} cold", "torchao cold")),
             f"{speedup['cold']:.2f}×",
-            f"{r['amx_top_s']['cold']:.2f}",
+            f"{r[f'{kernel}_top_s']['cold']:.2f}",
         )
     console.print(table)
 
@@ -109,22 +115,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold-mib", type=float, default=192.0)
+    parser.add_argument("--path", choices=tuple(amx_int8.ISAS), help="the kernel's path (default: the first that runs)")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     console = Console(width=140)
-    reason = amx_int8.unavailable_reason()
-    if reason:
-        console.print(f"[red]error:[/red] {reason}")
+    reasons = {isa: amx_int8.unavailable_reason(isa) for isa in ((args.path,) if args.path else amx_int8.ISAS)}
+    args.path = next((isa for isa, reason in reasons.items() if reason is None), None)
+    if args.path is None:
+        console.print(f"[red]error:[/red] {'; '.join(reasons.values())}")
         return 3
     torch.set_num_threads(args.threads)
     flags = sorted(set(FLAGS_SHOWN) & read_cpu_flags())
     console.print(f"{read_cpu_model()}, {args.threads} threads; flags {' '.join(flags)}")
     rows, widths = expert_shapes(args.model)
     records = [measure(rows, width, args) for width in widths]
-    show(records, console)
+    show(records, args.path, console)
     if args.json_out:
         report = {
             "kind": "amx-linear",
+            "kernel": args.path,
             "model": args.model,
             "threads": args.threads,
             "cpu": {"model": read_cpu_model(), "flags": flags},

@@ -754,25 +754,27 @@ def render_expert_profile(root: Path) -> str:
     return "\n".join(lines)
 
 
-def render_amx_linear(root: Path) -> str:
-    """``benchmarks/amx_linear.py``: one int8 Linear call, vlabench's AMX kernel against torchao's dynamic int8."""
-    doc, meta = load(root, f"{RESULTS}/amx-linear-smolvla-cpu.json")
+def render_amx_linear(root: Path, artifact: str) -> str:
+    """``benchmarks/amx_linear.py``: one int8 Linear call, vlabench's kernel (its AMX or VNNI path) against torchao's
+    dynamic int8."""
+    doc, meta = load(root, artifact)
+    kernel = doc.get("kernel", "amx")  # artifacts from before the VNNI path timed AMX
     rows = []
     for r in doc["shapes"]:
-        times, spread, speedup = r["ms"], r["spread_ms"], r["amx_speedup"]
+        times, spread, speedup = r["ms"], r["spread_ms"], r[f"{kernel}_speedup"]
         cells = [f"{r['rows']}×{r['in_features']}→{r['out_features']}"]
         for regime in ("hot", "cold"):
-            for scheme in ("amx", "torchao"):
+            for scheme in (kernel, "torchao"):
                 low, high = spread[f"{scheme} {regime}"]
                 cells.append(f"{times[f'{scheme} {regime}']:.3f} ({low:.3f}–{high:.3f})")
             cells.append(ratio(speedup[regime]))
-        cells += [f"{r['amx_top_s']['cold']:.2f}", f"{r['amx_cold_weight_gb_s']:.1f}"]
+        cells += [f"{r[f'{kernel}_top_s']['cold']:.2f}", f"{r[f'{kernel}_cold_weight_gb_s']:.1f}"]
         rows.append(cells)
-    header = ["rows×in→out", "amx hot ms", "torchao hot ms", "hot ×", "amx cold ms", "torchao cold ms", "cold ×"]
-    header += ["amx cold TOP/s", "amx cold weight GB/s"]
+    header = ["rows×in→out", f"{kernel} hot ms", "torchao hot ms", "hot ×", f"{kernel} cold ms", "torchao cold ms"]
+    header += ["cold ×", f"{kernel} cold TOP/s", f"{kernel} cold weight GB/s"]
     intro = (
-        f"`{doc['model']}` action expert shapes, {doc['threads']} threads, flags {', '.join(doc['cpu']['flags'])}; "
-        "median (min–max) ms per call:"
+        f"`{doc['model']}` action expert shapes, {doc['threads']} threads, {doc['cpu']['model']}, flags "
+        f"{', '.join(doc['cpu']['flags'])}; median (min–max) ms per call:"
     )
     return captioned(intro, table(header, rows, "lrrrrrrrr"), meta)
 
@@ -795,12 +797,15 @@ BLOCKS: dict[str, Block] = {
     "gate-example": Block((), render_gate_example),
 }
 BLOCKS["expert-profile"] = Block((f"{RESULTS}/expert-profile-smolvla-cpu.json",), render_expert_profile)
-BLOCKS["amx-linear"] = Block((f"{RESULTS}/amx-linear-smolvla-cpu.json",), render_amx_linear)
+for _kernel in ("amx", "vnni"):
+    _artifact = f"{RESULTS}/{_kernel}-linear-smolvla-cpu.json"
+    BLOCKS[f"{_kernel}-linear"] = Block((_artifact,), partial(render_amx_linear, artifact=_artifact))
 BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
-for _name in ("smolvla", "smolvla-tiny", "pi0-tiny"):
+FULL_SIZE = ("smolvla", "smolvla-avx512-bf16")  # the workload issue 19 sets its targets on, per CPU class
+for _name in (*FULL_SIZE, "smolvla-tiny", "pi0-tiny"):
     _artifact = f"{RESULTS}/backends-{_name}-cpu.json"
     BLOCKS[f"backends-{_name}"] = Block(
-        (_artifact,), partial(render_backends, artifact=_artifact, with_targets=_name == "smolvla")
+        (_artifact,), partial(render_backends, artifact=_artifact, with_targets=_name in FULL_SIZE)
     )
 BLOCKS["artifacts"] = Block(tuple(a for block in BLOCKS.values() for a in block.artifacts), render_artifacts)
 

@@ -23,6 +23,7 @@ def load(name: str):
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
     finally:
@@ -189,3 +190,33 @@ def test_a_requested_variant_the_backend_does_not_offer_is_listed_as_skipped():
     chosen, skipped = backends.variants(["torch:fp32", "onnxruntime:bf16"])
     assert chosen == [("torch", "fp32")]
     assert any(reason.startswith("onnxruntime bf16:") for reason in skipped)
+
+
+def test_the_kernel_linear_benchmark_times_the_path_that_runs_and_renders_it(tmp_path):
+    """``amx_linear.py`` times the first kernel path this CPU runs against torchao, keys its numbers by that path,
+    and the docs block renders them; a path the CPU lacks is refused with the reason (exit 3)."""
+    pytest.importorskip("torchao")
+    from vlabench.kernels import amx_int8
+
+    runnable = [isa for isa in amx_int8.ISAS if amx_int8.unavailable_reason(isa) is None]
+    if not runnable:
+        pytest.skip(f"no int8 kernel path runs here: {amx_int8.unavailable_reason('vnni')}")
+    amx_linear = load("amx_linear")
+    out = tmp_path / "results" / "linear.json"
+    out.parent.mkdir()
+    args = ["--model", "smolvla-tiny", "--calls", "3", "--repeats", "1", "--cold-mib", "0.5", "--json-out", str(out)]
+    assert amx_linear.main(args) == 0
+    doc = __import__("json").loads(out.read_text())
+    kernel = runnable[0]
+    assert doc["kernel"] == kernel and doc["shapes"]
+    for shape in doc["shapes"]:
+        assert set(shape["ms"]) == {f"{kernel} hot", f"{kernel} cold", "torchao hot", "torchao cold"}
+        assert shape[f"{kernel}_top_s"]["cold"] > 0
+    render_docs = load("render_docs")
+    sidecar = BENCHMARKS / "results" / "amx-linear-smolvla-cpu.meta.json"  # a real sidecar, for the caption
+    (out.parent / "linear.meta.json").write_text(sidecar.read_text())
+    text = render_docs.render_amx_linear(tmp_path, "results/linear.json")
+    assert f"{kernel} cold ms" in text and f"{doc['shapes'][0]['rows']}×" in text
+    missing = next((isa for isa in amx_int8.ISAS if isa not in runnable), None)
+    if missing:
+        assert amx_linear.main(["--path", missing, "--model", "smolvla-tiny"]) == 3
