@@ -68,13 +68,45 @@ def gemm_peak(
         size *= 2
     seconds, repetitions = _best_seconds(multiply, synchronize, budget_s)
     kernel = "torch._int_mm" if integer else "torch.matmul"
+    detail = f"{kernel} {size}×{size}×{size} {precision} on {device}"
+    if integer and device.type == "cpu":
+        ours = _int8_kernel_seconds(size, budget_s)
+        if ours is not None:
+            (path, our_seconds, our_repetitions), theirs = ours, 2 * size**3 / seconds / 1e12
+            detail = (
+                f"best of {detail} ({theirs:.3f} TOP/s) and vlabench's int8 kernel ({path} path, activations "
+                f"quantized in the call) at the same size ({2 * size**3 / our_seconds / 1e12:.3f} TOP/s)"
+            )
+            if our_seconds < seconds:
+                seconds, repetitions = our_seconds, our_repetitions
     return MeasuredCeiling(
         quantity=f"gemm_{precision}",
         value=2 * size**3 / seconds / 1e12,
         unit=UNITS.get(precision, "TFLOP/s"),
         repetitions=repetitions,
-        detail=f"{kernel} {size}×{size}×{size} {precision} on {device}, torch threads {torch.get_num_threads()}",
+        detail=f"{detail}, torch threads {torch.get_num_threads()}",
     )
+
+
+def _int8_kernel_seconds(size: int, budget_s: float) -> tuple[str, float, int] | None:
+    """(path, best seconds, repetitions) of vlabench's int8 linear on a size × size weight and size rows, on the
+    first of its paths this CPU runs; None where none runs or it cannot be built. The int8 ceiling is the best of
+    this and ``torch._int_mm``: where oneDNN's int8 GEMM is the slower, a ceiling from it alone would put the
+    floors below what a variant reaches."""
+    from vlabench.errors import UnavailableError
+    from vlabench.kernels import amx_int8
+
+    path = next((isa for isa in amx_int8.ISAS if amx_int8.unavailable_reason(isa) is None), None)
+    if path is None:
+        return None
+    try:
+        linear = amx_int8.Int8Linear(torch.nn.Linear(size, size, bias=False), path)
+    except UnavailableError:
+        return None
+    x = torch.randn(size, size, dtype=amx_int8.float_dtype())
+    with torch.inference_mode():
+        seconds, repetitions = _best_seconds(lambda: linear(x), lambda: None, budget_s)
+    return path, seconds, repetitions
 
 
 def stream_bandwidth(device: torch.device, megabytes: int = 256, budget_s: float = 1.0) -> MeasuredCeiling:

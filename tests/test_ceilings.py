@@ -25,6 +25,24 @@ def test_int8_times_the_integer_gemm_and_int4_only_the_bandwidth():
     assert measured[0].value > 0 and "torch._int_mm" in measured[0].detail
 
 
+def test_the_int8_ceiling_is_the_best_of_int_mm_and_vlabenchs_kernel_where_it_runs():
+    """Where a path of vlabench's int8 kernel runs, the int8 ceiling is the faster of it and ``torch._int_mm`` at the
+    same size, and its detail gives both rates; elsewhere it is ``torch._int_mm`` alone."""
+    import re
+
+    import pytest
+
+    from vlabench.kernels import amx_int8
+
+    ceiling = gemm_peak("int8", torch.device("cpu"), budget_s=0.05, max_size=256)
+    if all(amx_int8.unavailable_reason(isa) for isa in amx_int8.ISAS):
+        assert ceiling.detail.startswith("torch._int_mm 256×256×256")
+        pytest.skip("no int8 kernel path runs here: the ceiling is torch._int_mm's alone (checked above)")
+    rates = [float(rate) for rate in re.findall(r"\(([0-9.]+) TOP/s\)", ceiling.detail)]
+    assert len(rates) == 2 and "vlabench's int8 kernel" in ceiling.detail and "256×256×256" in ceiling.detail
+    assert round(ceiling.value, 3) == pytest.approx(max(rates), abs=1e-3)
+
+
 def test_stream_bandwidth_counts_read_and_write():
     ceiling = stream_bandwidth(torch.device("cpu"), megabytes=16, budget_s=0.05)
     assert ceiling.unit == "GB/s" and ceiling.value > 0
