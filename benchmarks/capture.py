@@ -33,6 +33,7 @@ FLAGS_OF_INTEREST = (
     "avx512f",
     "avx512_bf16",
     "avx512_fp16",
+    "avx512_vnni",
     "amx_bf16",
     "amx_tile",
     "amx_int8",

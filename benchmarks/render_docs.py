@@ -637,9 +637,11 @@ def measured_once(ceilings: list[dict] | None) -> str:
         f"{q.removeprefix('gemm_')} {c['value']:.2f} {c['unit']}" for q, c in values.items() if q.startswith("gemm_")
     ]
     bandwidth = values["memory_bandwidth"]["value"]
+    int8 = values.get("gemm_int8", {}).get("detail", "")
+    ours = " or vlabench's int8 kernel, whichever was faster" if "vlabench's int8 kernel" in int8 else ""
     return (
         f" Every variant's floor rests on ceilings measured once at the start: memory bandwidth {bandwidth:.1f} GB/s; "
-        f"GEMM peaks {', '.join(peaks)} (the best of repeated square `torch.matmul` / `torch._int_mm` calls, "
+        f"GEMM peaks {', '.join(peaks)} (the best of repeated square `torch.matmul` / `torch._int_mm`{ours} calls, "
         "`kernels/ceilings.py`)."
     )
 
