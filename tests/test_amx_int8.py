@@ -346,6 +346,28 @@ def test_the_kernel_scheme_runs_bf16_float_parts_behind_an_fp32_boundary(tiny_in
     assert torchao.prefix(obs).keys.dtype == torch.float32
 
 
+@pytest.mark.skipif(REASONS["vnni"] is not None, reason=f"the vnni path cannot run here: {REASONS['vnni']}")
+def test_the_vnni_scheme_without_native_bf16_keeps_the_float_parts_in_fp32(monkeypatch, tiny_inputs):
+    """On a VNNI CPU without AVX512-BF16 (a Cascade Lake: this CPU's flags less avx512_bf16) the scheme's float
+    parts and the kernel's activations are fp32, the scheme says so, and the actions pass the int8 gate."""
+    pytest.importorskip("torchao")
+    from tests.test_quantized_runtimes import check, run_against_reference
+    from vlabench.backends import torch_quantize
+    from vlabench.backends.torch_backend import TorchBackend
+
+    flags = amx_int8.read_cpu_flags() - {"avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"}
+    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: flags)
+    assert torch_quantize.choose_int8_scheme(CPU, None)[0] == "vnni"
+    spec, workload, obs, _ = tiny_inputs("smolvla-tiny")
+    policy = TorchBackend().prepare(spec, workload, CPU, "int8", 0)
+    details = policy.details()
+    assert details["float_activations"] == "fp32" and "float parts in fp32" in details["quantization"]
+    assert policy.prefix(obs).keys.dtype == torch.float32
+    actions, verdict, agreement = run_against_reference(policy, "smolvla-tiny", tiny_inputs, "int8")
+    assert torch.isfinite(actions).all()
+    check(verdict, agreement, "smolvla-tiny", "int8")
+
+
 @needs_kernel
 @pytest.mark.parametrize("name", ["smolvla-tiny", "act-tiny"])
 def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
