@@ -707,9 +707,9 @@ def render_backends_summary(root: Path) -> str:
     return "\n".join([table(header, rows, "lrrrl"), "", provenance(meta)])
 
 
-def render_expert_profile(root: Path) -> str:
+def render_expert_profile(root: Path, artifact: str) -> str:
     """``benchmarks/expert_profile.py``: one denoising step by operator class against its roofline floor."""
-    doc, meta = load(root, f"{RESULTS}/expert-profile-smolvla-cpu.json")
+    doc, meta = load(root, artifact)
     work = doc["workload"]
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens, {work['suffix_tokens']} "
@@ -798,7 +798,9 @@ BLOCKS: dict[str, Block] = {
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
 }
-BLOCKS["expert-profile"] = Block((f"{RESULTS}/expert-profile-smolvla-cpu.json",), render_expert_profile)
+for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
+    _path = f"{RESULTS}/expert-profile-{_artifact}.json"
+    BLOCKS[_block] = Block((_path,), partial(render_expert_profile, artifact=_path))
 for _kernel in ("amx", "vnni"):
     _artifact = f"{RESULTS}/{_kernel}-linear-smolvla-cpu.json"
     BLOCKS[f"{_kernel}-linear"] = Block((_artifact,), partial(render_amx_linear, artifact=_artifact))
