@@ -56,7 +56,8 @@ KERNEL_SCHEMES = {
     "amx": "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
     "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)",
     "vnni": "vlabench int8 kernel on AVX512-VNNI (weights int8 per-channel symmetric, activations int8 per-token "
-    "dynamic, int32 accumulation with VPDPBUSD; float parts in {float_parts})",
+    "dynamic, int32 accumulation with VPDPBUSD; float parts in {float_parts}; in bf16, short-query attention on "
+    "vlabench's attention kernel with VDPBF16PS)",
 }
 """The int8 schemes on vlabench's own kernel (``kernels/amx_int8.py``), named by the path they take."""
 SCHEMES = {
@@ -197,6 +198,7 @@ class Quantizer:
         if missing and not self.on_kernel:
             raise UnavailableError(missing)
         self.device, self.precision = device, precision
+        self.attention_unit = self._attention_unit()  # the attention kernel's path under the scheme, if any
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
@@ -204,6 +206,14 @@ class Quantizer:
         self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one int8 kernel call
         self.fused_activations = 0  # MLPs whose first projection takes their activation in the kernel's epilogue
         self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one int8 kernel call
+
+    def _attention_unit(self) -> str | None:
+        """AMX tiles under the AMX scheme; VDPBF16PS under the VNNI one where the float parts are bf16; else none."""
+        if self.int8_scheme == "amx":
+            return "amx"
+        if self.int8_scheme == "vnni" and self.activation_dtype == torch.bfloat16:
+            return "avx512"
+        return None
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -215,11 +225,11 @@ class Quantizer:
         return Precision.dtype(self.precision)
 
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
-        if isinstance(module, Attention) and self.int8_scheme == "amx":
+        if isinstance(module, Attention) and self.attention_unit:
             from vlabench.kernels.amx_attention import AmxAttention
 
             self.attention_kernels += 1
-            return AmxAttention()
+            return AmxAttention(self.attention_unit)
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module) if self.precision == "int4" else None
@@ -272,7 +282,11 @@ class Quantizer:
             "float_activations": next(n for n, d in Precision.DTYPES.items() if d == self.activation_dtype),
             "float_linears": sorted(self.kept),
             **({"quantization_scheme": self.int8_scheme} if self.int8_scheme else {}),
-            **({"amx_attention_modules": self.attention_kernels} if self.int8_scheme == "amx" else {}),
+            **(
+                {"kernel_attention_modules": self.attention_kernels, "attention_unit": self.attention_unit}
+                if self.attention_unit
+                else {}
+            ),
             **(
                 {
                     "kernel_gated_mlps": self.gated_mlps,

@@ -14,7 +14,7 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
   ``FullyConnected`` and, after int8 PTQ, ``FullyConnectedQuantizedLegacy``); their floor is the roofline's for
   every operator but ``attention``;
 - ``attention``: scores, softmax and mixing over the prefix cache and the chunk (``scaled_dot_product_attention``,
-  vlabench's ``vlabench::amx_attention``;
+  vlabench's ``vlabench::amx_attention`` and ``avx512_attention``;
   OpenVINO fuses them into a ``Subgraph`` of four-dimensional inputs); floor: the ``attention`` rows;
 - ``K/V expansion (GQA)``: copies of the cached keys and values expanded to the query heads: OpenVINO's ``Tile``
   in the exported graphs (eager torch reads the shared heads in place, SDPA's ``enable_gqa``, so its class is
@@ -75,6 +75,7 @@ TORCH_CLASS = {
     "vlabench::vnni_int8_linear": "weight matmuls",
     "aten::scaled_dot_product_attention": "attention",
     "vlabench::amx_attention": "attention",
+    "vlabench::avx512_attention": "attention",
     "aten::repeat_interleave": "K/V expansion (GQA)",
 }
 OPENVINO_CLASS = {

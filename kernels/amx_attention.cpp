@@ -1,5 +1,7 @@
 // vlabench's bf16 attention on Intel AMX, for the replicas' float parts under the AMX int8 scheme (issue 19,
-// section 3): softmax(q k^T * scale + bias) v with grouped K/V heads, q, k, v and the output bf16.
+// section 3): softmax(q k^T * scale + bias) v with grouped K/V heads, q, k, v and the output bf16. On CPUs with
+// AVX512-BF16 but no AMX the same packed K and V feed VDPBF16PS instead of the tiles (16 rows' sums in registers,
+// each tile row's 16 columns against each row's broadcast bf16 pair): the same products, the same softmax.
 //
 // One task takes up to 64 query rows of one head. Scores run on AMX tiles (TDPBF16PS: bf16 pairs, fp32 sums) against
 // K packed once per call into whole 1 KB B tiles; the softmax runs in fp32 on AVX-512 and writes exp(s - max) as
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "amx_tiles.h"
@@ -112,6 +115,29 @@ float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale
   return 1.f / _mm512_reduce_add_ps(vsum);
 }
 
+enum class Unit { kAmx, kAvx512 };
+
+// c[row][0..15] = sum over the 16 pair rows of B (16 columns each) of a[row] pairs . B, for `rows` rows of a (bf16,
+// `lda` apart, 16 pairs each), added over `blocks` (a, b) blocks `a_step` / 512 pairs apart: what TDPBF16PS does on
+// a tile, on AVX512-BF16.
+inline void dot_rows_avx512(const bf16* a, int64_t lda, int64_t a_step, const bf16* b, int64_t b_step, int64_t blocks,
+                            int rows, __m512 (&c)[16]) {
+  for (int row = 0; row < 16; ++row) c[row] = _mm512_setzero_ps();
+  for (int64_t block = 0; block < blocks; ++block) {
+    const bf16* a_block = a + block * a_step;
+    const auto* b_block = reinterpret_cast<const uint32_t*>(b + block * b_step);
+    for (int pair = 0; pair < 16; ++pair) {
+      const auto columns = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_block + pair * 16));
+      for (int row = 0; row < 16; ++row) {
+        if (row >= rows) break;
+        uint32_t values;
+        std::memcpy(&values, a_block + row * lda + 2 * pair, sizeof values);
+        c[row] = _mm512_dpbf16_ps(c[row], reinterpret_cast<__m512bh>(_mm512_set1_epi32(values)), columns);
+      }
+    }
+  }
+}
+
 #define VLABENCH_TILE_CASES(M) \
   M(0)                         \
   M(1)                         \
@@ -121,9 +147,14 @@ float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale
 
 // q [B, H, S, D], k and v [B, Hk, T, D] (H a multiple of Hk), all bf16; bias additive, broadcastable to
 // [B, H, S, T], or none. Returns [B, H, S, D] bf16.
+template <Unit unit>
 torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
                         const std::optional<torch::Tensor>& bias_in, double scale) {
-  TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (XTILEDATA)");
+  if constexpr (unit == Unit::kAmx) {
+    TORCH_CHECK(vlabench_amx::amx_permitted(), "the kernel refused AMX tile data to this process (XTILEDATA)");
+  } else {
+    TORCH_CHECK(__builtin_cpu_supports("avx512bf16"), "the attention kernel's AVX-512 path needs AVX512-BF16");
+  }
   TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "amx_attention takes [B, heads, rows, D]");
   for (const auto* x : {&q_in, &k_in, &v_in})
     TORCH_CHECK(x->scalar_type() == torch::kBFloat16, "amx_attention takes bf16 q, k and v");
@@ -134,7 +165,7 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
                                     x.stride(0) % 2 == 0 && x.stride(1) % 2 == 0);
     return x.stride(3) == 1 && aligned ? x : x.contiguous();
   };
-  const auto q = dense_rows(q_in, false), k = dense_rows(k_in, true), v = dense_rows(v_in, false);
+  const torch::Tensor q = dense_rows(q_in, false), k = dense_rows(k_in, true), v = dense_rows(v_in, false);
   const int64_t b = q.size(0), h = q.size(1), s = q.size(2), d = q.size(3), hk = k.size(1), t = k.size(2);
   TORCH_CHECK(d % PAIR_COLS == 0, "amx_attention needs a head size that is a multiple of 32");
   TORCH_CHECK(k.size(0) == b && v.sizes() == k.sizes() && k.size(3) == d && hk > 0 && h % hk == 0 && t > 0,
@@ -170,7 +201,7 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
     float* scores = scores_scratch.get(ROWS * ld);
     alignas(64) float acc[4][vlabench_amx::TILE_ROWS * 16];
     float inverse_sums[ROWS];
-    vlabench_amx::configure_tiles();
+    if constexpr (unit == Unit::kAmx) vlabench_amx::configure_tiles();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / chunks, row0 = (task % chunks) * ROWS, rows = std::min<int64_t>(ROWS, s - row0);
       const int64_t kv = (bh / h) * hk + (bh % h) / group, live = (rows + 15) / 16;
@@ -179,7 +210,14 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
         std::copy(q_first + i * q.stride(2), q_first + i * q.stride(2) + d, q_rows + i * d);
       std::fill(q_rows + rows * d, q_rows + live * 16 * d, bf16(0.f));
       const bf16* keys = pk + kv * t_pad * d;
-      for (int64_t tb = 0; tb < t_pad / 16; ++tb) {
+      for (int64_t tb = 0; tb < t_pad / 16 && unit == Unit::kAvx512; ++tb)
+        for (int64_t m = 0; m < live; ++m) {
+          __m512 sums[16];
+          dot_rows_avx512(q_rows + m * 16 * d, d, PAIR_COLS, keys + tb * k_tiles * TILE_VALUES, TILE_VALUES, k_tiles,
+                          16, sums);
+          for (int row = 0; row < 16; ++row) _mm512_storeu_ps(scores + (m * 16 + row) * ld + tb * 16, sums[row]);
+        }
+      for (int64_t tb = 0; tb < t_pad / 16 && unit == Unit::kAmx; ++tb) {
 #define VLABENCH_ZERO(T) \
   if (T < live) _tile_zero(T);
         VLABENCH_TILE_CASES(VLABENCH_ZERO)
@@ -211,7 +249,17 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
                                         row_scale, row_probs);
       }
       const bf16* values = pv + kv * t_pad * d;
-      for (int64_t m = 0; m < live; ++m)
+      for (int64_t m = 0; m < live && unit == Unit::kAvx512; ++m)
+        for (int64_t c = 0; c < d_tiles; ++c) {
+          __m512 sums[16];
+          const int valid = static_cast<int>(std::min<int64_t>(16, rows - m * 16));
+          dot_rows_avx512(probs + m * 16 * ld, ld, PAIR_COLS, values + c * TILE_VALUES, d_tiles * TILE_VALUES,
+                          t_pad / PAIR_COLS, valid, sums);
+          for (int row = 0; row < valid; ++row)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + (bh * s + row0 + m * 16 + row) * d + c * 16),
+                                to_bf16(_mm512_mul_ps(sums[row], _mm512_set1_ps(inverse_sums[m * 16 + row]))));
+        }
+      for (int64_t m = 0; m < live && unit == Unit::kAmx; ++m)
         for (int64_t c0 = 0; c0 < d_tiles; c0 += 4) {
           const int64_t cols = std::min<int64_t>(4, d_tiles - c0);
 #define VLABENCH_ZERO_COLS(T) \
@@ -236,13 +284,17 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
                                                         _mm512_set1_ps(inverse_sums[m * 16 + r]))));
         }
     }
-    _tile_release();
+    if constexpr (unit == Unit::kAmx) _tile_release();
   });
   return out;
 }
 
 TORCH_LIBRARY_FRAGMENT(vlabench, library) {
   library.def("amx_attention(Tensor q, Tensor k, Tensor v, Tensor? bias, float scale) -> Tensor");
+  library.def("avx512_attention(Tensor q, Tensor k, Tensor v, Tensor? bias, float scale) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(vlabench, CPU, library) { library.impl("amx_attention", &attention); }
+TORCH_LIBRARY_IMPL(vlabench, CPU, library) {
+  library.impl("amx_attention", &attention<Unit::kAmx>);
+  library.impl("avx512_attention", &attention<Unit::kAvx512>);
+}

@@ -5,7 +5,10 @@ Why it exists: at bf16 the expert's attention (50 queries over 291 keys, grouped
 per call through torch's CPU flash-attention kernel, some 16 times a denoising step, about a third of the step once
 the weight matmuls ran on the AMX int8 kernel. This one runs both products on AMX bf16 tiles against K and V packed
 once per call, with the softmax in fp32 between them. It is built with the int8 linear, into the same extension
-(``amx_int8.extension()``), and registered as ``vlabench::amx_attention``.
+(``amx_int8.extension()``), and registered as ``vlabench::amx_attention``. On CPUs with AVX512-BF16 and no AMX
+(AMD Zen 4) the same kernel runs its products with VDPBF16PS on the same packed K and V
+(``vlabench::avx512_attention``): torch's CPU flash attention took about 0.55 ms per expert call there, about a
+quarter of a denoising step on the int8 kernel's VNNI path.
 """
 
 from __future__ import annotations
@@ -37,14 +40,25 @@ def runs(q: Tensor, k: Tensor, v: Tensor) -> bool:
     )
 
 
-class AmxAttention(nn.Module):
-    """The replicas' attention (``layers.Attention``) on the AMX kernel where it takes the inputs, else as before."""
+UNITS = ("amx", "avx512")  # the kernel's paths: AMX tiles, or VDPBF16PS on AVX512-BF16
 
-    def __init__(self) -> None:
+
+class AmxAttention(nn.Module):
+    """The replicas' attention (``layers.Attention``) on the kernel's ``unit`` path where it takes the inputs, else
+    as before."""
+
+    def __init__(self, unit: str = "amx") -> None:
         super().__init__()
+        if unit not in UNITS:
+            raise ValueError(f"no attention kernel path '{unit}' (the paths are {', '.join(UNITS)})")
         extension()
+        self.unit = unit
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
         if not runs(q, k, v):
             return attention(q, k, v, bias)
-        return torch.ops.vlabench.amx_attention(q, k, v, bias, 1 / math.sqrt(q.shape[-1]))
+        operator = getattr(torch.ops.vlabench, f"{self.unit}_attention")
+        return operator(q, k, v, bias, 1 / math.sqrt(q.shape[-1]))
+
+    def extra_repr(self) -> str:
+        return f"unit={self.unit}"

@@ -112,7 +112,8 @@ def extension() -> ModuleType:
     for isa in ISAS:
         torch.library.register_fake(f"vlabench::{isa}_int8_linear")(_output_like)
         torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
-    torch.library.register_fake("vlabench::amx_attention")(_attention_like)
+    for unit in ("amx", "avx512"):
+        torch.library.register_fake(f"vlabench::{unit}_attention")(_attention_like)
     return module
 
 
@@ -125,7 +126,7 @@ def _output_like(
 
 
 def _attention_like(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
-    """What ``vlabench::amx_attention`` returns: a contiguous tensor shaped like q."""
+    """What ``vlabench::amx_attention`` and ``avx512_attention`` return: a contiguous tensor shaped like q."""
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 

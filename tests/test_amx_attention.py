@@ -1,6 +1,7 @@
-"""vlabench's AMX bf16 attention (``kernels/amx_attention.py``) against fp32 attention in plain torch: grouped K/V
-heads, additive masks (a fully masked row included), head sizes 32-256, key counts off the 32-key blocks; masked
-keys weigh exactly nothing; other inputs keep torch's kernel; torch.compile keeps it as one call."""
+"""vlabench's bf16 attention (``kernels/amx_attention.py``), on each path this CPU runs (AMX tiles, AVX512-BF16),
+against fp32 attention in plain torch: grouped K/V heads, additive masks (a fully masked row included), head sizes
+32-256, key counts off the 32-key blocks; masked keys weigh exactly nothing; other inputs keep torch's kernel;
+torch.compile keeps it as one call."""
 
 from __future__ import annotations
 
@@ -10,8 +11,24 @@ import torch.nn.functional as F
 
 from vlabench.kernels import amx_int8
 
-REASON = amx_int8.unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the AMX kernels cannot run here: {REASON}")
+REASONS = {
+    "amx": amx_int8.unavailable_reason("amx"),
+    "avx512": amx_int8.unavailable_reason("vnni")
+    or (None if "avx512_bf16" in amx_int8.read_cpu_flags() else "the AVX-512 path needs avx512_bf16"),
+}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(unit, marks=pytest.mark.skipif(reason is not None, reason=f"the {unit} path cannot run: {reason}"))
+        for unit, reason in REASONS.items()
+    ]
+)
+def unit(request) -> str:
+    """Each of the attention kernel's paths that runs on this CPU (an AMX CPU runs both)."""
+    return request.param
+
+
 BF16_MIN = torch.finfo(torch.bfloat16).min
 
 
@@ -45,18 +62,18 @@ def reference(q, k, v, bias):
         (1, 4, 4, 64, 1024, 64, 0.2),  # score rows of 1024 keys (4 KB of fp32): the scratch rows are padded
     ],
 )
-def test_matches_fp32_attention(batch, heads, kv_heads, rows, keys, head, masked_share):
+def test_matches_fp32_attention(batch, heads, kv_heads, rows, keys, head, masked_share, unit):
     from vlabench.kernels.amx_attention import AmxAttention, runs
 
     q, k, v, bias = inputs(batch, heads, kv_heads, rows, keys, head, masked_share)
     assert runs(q, k, v)
     with torch.inference_mode():
-        out = AmxAttention()(q, k, v, bias)
+        out = AmxAttention(unit)(q, k, v, bias)
     assert out.shape == q.shape and out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), reference(q, k, v, bias), rtol=0, atol=1.6e-2)
 
 
-def test_masked_keys_weigh_nothing():
+def test_masked_keys_weigh_nothing(unit):
     """Huge values behind the mask would show in the output if a masked key kept any weight at all."""
     from vlabench.kernels.amx_attention import AmxAttention
 
@@ -67,12 +84,12 @@ def test_masked_keys_weigh_nothing():
     poisoned = v.clone()
     poisoned[:, :, 40:] = 3e4
     with torch.inference_mode():
-        out = AmxAttention()(q, k, poisoned, bias)
+        out = AmxAttention(unit)(q, k, poisoned, bias)
     unmasked = reference(q, k[:, :, :40], v[:, :, :40], None)
     torch.testing.assert_close(out.float(), unmasked, rtol=0, atol=1.6e-2)
 
 
-def test_other_inputs_keep_torchs_kernel():
+def test_other_inputs_keep_torchs_kernel(unit):
     from vlabench.kernels.amx_attention import MAX_QUERIES, AmxAttention, runs
     from vlabench.models.replicas.layers import attention
 
@@ -81,20 +98,20 @@ def test_other_inputs_keep_torchs_kernel():
     assert not runs(long_q[:, :, :8].float(), k.float(), v.float())
     assert not runs(*inputs(1, 2, 2, 8, 80, 48, 0.0)[:3])
     with torch.inference_mode():
-        assert torch.equal(AmxAttention()(long_q, k, v, None), attention(long_q, k, v, None))
+        assert torch.equal(AmxAttention(unit)(long_q, k, v, None), attention(long_q, k, v, None))
 
 
-def test_compiles_as_one_opaque_call():
+def test_compiles_as_one_opaque_call(unit):
     from vlabench.kernels.amx_attention import AmxAttention
 
-    module = AmxAttention()
+    module = AmxAttention(unit)
     q, k, v, bias = inputs(1, 6, 2, 50, 120, 64, 0.2)
     compiled = torch.compile(module, fullgraph=True, dynamic=False)
     with torch.inference_mode():
         torch.testing.assert_close(compiled(q, k, v, bias), module(q, k, v, bias), rtol=0, atol=0)
 
 
-def test_reads_strided_inputs_and_fp32_masks_in_place():
+def test_reads_strided_inputs_and_fp32_masks_in_place(unit):
     """Transposed q, k and v (projections' [B, S, H, D] seen as [B, H, S, D]), K/V as views of one stacked tensor, and
     an fp32 additive mask give the same result as their dense bf16 copies."""
     from vlabench.kernels.amx_attention import AmxAttention
@@ -107,6 +124,6 @@ def test_reads_strided_inputs_and_fp32_masks_in_place():
     strided_q, stacked = transposed(q), transposed(torch.stack([k, v]))
     assert not strided_q.is_contiguous() and not stacked[0].is_contiguous()
     with torch.inference_mode():
-        out = AmxAttention()(strided_q, stacked[0], stacked[1], bias.float())
-        dense = AmxAttention()(q, k, v, bias)
+        out = AmxAttention(unit)(strided_q, stacked[0], stacked[1], bias.float())
+        dense = AmxAttention(unit)(q, k, v, bias)
     torch.testing.assert_close(out, dense, rtol=0, atol=0)

@@ -295,7 +295,8 @@ FAMILIES = ["smolvla-tiny", "pi0-tiny", "gr00t-n1.5-tiny", "act-tiny", "diffusio
 @pytest.mark.parametrize("name", FAMILIES)
 def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     """Every Linear the scheme takes runs on the kernel (the path a default run picks here), and the actions stay
-    within the int8 gate; attention runs on the AMX kernel only under the AMX scheme."""
+    within the int8 gate; attention runs on the attention kernel's AMX path under the AMX scheme, on its AVX-512 one
+    under the VNNI scheme with bf16 float parts."""
     pytest.importorskip("torchao")
     from tests.test_quantized_runtimes import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
@@ -313,7 +314,10 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     # a fused MLP holds its gate and up, a shared-input call its q, k and v
     assert kernels + fused_pairs + 3 * shared == details["quantized_linears"] > 0
     attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
-    assert attention == details.get("amx_attention_modules", 0)
+    assert attention == details.get("kernel_attention_modules", 0)
+    unit = {"amx": "amx", "vnni": "avx512" if amx_int8.float_dtype() == torch.bfloat16 else None}[DEFAULT_ISA]
+    assert details.get("attention_unit") == unit
+    assert all(m.unit == unit for m in policy.model.modules() if isinstance(m, AmxAttention))
     gated = sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
     assert gated == details["kernel_gated_mlps"]
     activated = [m for m in policy.model.modules() if isinstance(m, amx_int8.Int8Linear) and m.activation]
@@ -321,7 +325,7 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     assert activated or name in ("act-tiny", "diffusion-policy-tiny")  # SigLIP's MLPs, in every VLA family
     assert gated > 0 or name in ("gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny")  # no gated MLP in them
     no_sdpa = name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
-    assert attention > 0 if DEFAULT_ISA == "amx" and not no_sdpa else attention == 0
+    assert attention > 0 if unit and not no_sdpa else attention == 0
     actions, verdict, agreement = run_against_reference(policy, name, tiny_inputs, "int8")
     assert torch.isfinite(actions).all()
     check(verdict, agreement, name, "int8")

@@ -68,6 +68,7 @@ def test_the_verdict_takes_the_fastest_variant_that_passes_the_gate():
         ("vlabench::amx_int8_gated_linear", "weight matmuls"),  # a gated MLP's gate and up in one call
         ("aten::scaled_dot_product_attention", "attention"),
         ("vlabench::amx_attention", "attention"),
+        ("vlabench::avx512_attention", "attention"),
         ("aten::repeat_interleave", "K/V expansion (GQA)"),
         ("aten::add", "norms, activations, RoPE, residuals"),
     ],
