@@ -61,3 +61,11 @@ def module_cache(cache_folder, monkeypatch):
     """Point vlabench's cache (``$VLABENCH_CACHE``) at the module's own folder."""
     monkeypatch.setenv("VLABENCH_CACHE", str(cache_folder))
     return cache_folder
+
+
+def runnable_params(reasons: dict[str, str | None]) -> list:
+    """One pytest param per kernel path, skipped with its reason where the path cannot run on this CPU."""
+    return [
+        pytest.param(path, marks=pytest.mark.skipif(reason is not None, reason=f"the {path} path cannot run: {reason}"))
+        for path, reason in reasons.items()
+    ]

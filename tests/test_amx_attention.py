@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.conftest import runnable_params
 from vlabench.kernels import amx_int8
 
 REASONS = {
@@ -18,12 +19,7 @@ REASONS = {
 }
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(unit, marks=pytest.mark.skipif(reason is not None, reason=f"the {unit} path cannot run: {reason}"))
-        for unit, reason in REASONS.items()
-    ]
-)
+@pytest.fixture(params=runnable_params(REASONS))
 def unit(request) -> str:
     """Each of the attention kernel's paths that runs on this CPU (an AMX CPU runs both)."""
     return request.param

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import runnable_params
 from vlabench.errors import UnavailableError
 from vlabench.kernels import amx_int8
 
@@ -16,12 +17,7 @@ DEFAULT_ISA = next((isa for isa, reason in REASONS.items() if reason is None), N
 needs_kernel = pytest.mark.skipif(DEFAULT_ISA is None, reason=f"no int8 kernel path runs here: {REASONS}")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(isa, marks=pytest.mark.skipif(reason is not None, reason=f"the {isa} path cannot run: {reason}"))
-        for isa, reason in REASONS.items()
-    ]
-)
+@pytest.fixture(params=runnable_params(REASONS))
 def isa(request) -> str:
     """Each of the kernel's paths that runs on this CPU (an AMX CPU runs both)."""
     return request.param
