@@ -84,7 +84,7 @@ def quantized_precisions(device: torch.device) -> tuple[str, ...]:
     if device.type == "cpu" and torchao_missing():
         from vlabench.kernels import amx_int8
 
-        return ("int8",) if any(amx_int8.unavailable_reason(isa) is None for isa in KERNEL_SCHEMES) else ()
+        return ("int8",) if amx_int8.runnable_path() is not None else ()
     if torchao_missing() or device.type not in ("cpu", "cuda"):
         return ()
     if device.type == "cuda":
@@ -202,7 +202,7 @@ class Quantizer:
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
         self.groups: set[int] = set()
-        self.attention_kernels = 0  # attention modules on the AMX bf16 kernel
+        self.attention_kernels = 0  # attention modules on the bf16 attention kernel (its ``attention_unit`` path)
         self.gated_mlps = 0  # gated MLPs whose gate and up projections run as one int8 kernel call
         self.fused_activations = 0  # MLPs whose first projection takes their activation in the kernel's epilogue
         self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one int8 kernel call

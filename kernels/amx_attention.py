@@ -18,7 +18,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from vlabench.kernels.amx_int8 import extension
+from vlabench.kernels.amx_int8 import ATTENTION_UNITS, extension
 from vlabench.models.replicas.layers import attention
 
 HEAD_MULTIPLE = 32  # head sizes the kernel takes: whole 64-byte rows of bf16 pairs
@@ -40,17 +40,14 @@ def runs(q: Tensor, k: Tensor, v: Tensor) -> bool:
     )
 
 
-UNITS = ("amx", "avx512")  # the kernel's paths: AMX tiles, or VDPBF16PS on AVX512-BF16
-
-
 class AmxAttention(nn.Module):
     """The replicas' attention (``layers.Attention``) on the kernel's ``unit`` path where it takes the inputs, else
     as before."""
 
     def __init__(self, unit: str = "amx") -> None:
         super().__init__()
-        if unit not in UNITS:
-            raise ValueError(f"no attention kernel path '{unit}' (the paths are {', '.join(UNITS)})")
+        if unit not in ATTENTION_UNITS:
+            raise ValueError(f"no attention kernel path '{unit}' (the paths are {', '.join(ATTENTION_UNITS)})")
         extension()
         self.unit = unit
 

@@ -44,6 +44,7 @@ ISAS: dict[str, tuple[str, ...]] = {
 }
 """The kernel's paths, fastest first, with the CPU flags each needs (the VNNI path's bf16 activations also need
 avx512_bf16; without it the float parts stay fp32, see ``float_dtype``)."""
+ATTENTION_UNITS = ("amx", "avx512")  # the bf16 attention's paths (amx_attention.py): AMX tiles, or VDPBF16PS
 COMPILE_FLAGS = [
     "-O3",
     "-mamx-tile",
@@ -82,6 +83,11 @@ def unavailable_reason(isa: str = "amx") -> str | None:
     return None
 
 
+def runnable_path() -> str | None:
+    """The first of the kernel's paths (``ISAS``, fastest first) that runs here, or None."""
+    return next((isa for isa in ISAS if unavailable_reason(isa) is None), None)
+
+
 def float_dtype() -> torch.dtype:
     """The dtype a model's float parts run in around the kernel: bf16 where the CPU has it natively (AVX512-BF16,
     which every AMX CPU has; the kernel reads and writes bf16 itself), else fp32."""
@@ -112,7 +118,7 @@ def extension() -> ModuleType:
     for isa in ISAS:
         torch.library.register_fake(f"vlabench::{isa}_int8_linear")(_output_like)
         torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
-    for unit in ("amx", "avx512"):
+    for unit in ATTENTION_UNITS:
         torch.library.register_fake(f"vlabench::{unit}_attention")(_attention_like)
     return module
 

@@ -96,7 +96,7 @@ def _int8_kernel_seconds(size: int, budget_s: float) -> tuple[str, float, int] |
     from vlabench.errors import UnavailableError
     from vlabench.kernels import amx_int8
 
-    path = next((isa for isa in amx_int8.ISAS if amx_int8.unavailable_reason(isa) is None), None)
+    path = amx_int8.runnable_path()
     if path is None:
         return None
     try:
