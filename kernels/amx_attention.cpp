@@ -45,34 +45,64 @@ class Scratch {
 
 inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
 
-// K [T, D] (rows `stride` apart, both even) -> B tiles of q k^T: [T/16][D/32][16 pair rows][16 keys] pairs of bf16
-// (as uint32), zero past T.
-void pack_keys(const bf16* k, int64_t stride, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
-  const auto* pairs = reinterpret_cast<const uint32_t*>(k);
-  auto* tiles = reinterpret_cast<uint32_t*>(out);
-  const int64_t row_pairs = stride / 2;
-  for (int64_t tb = 0; tb < t_pad / 16; ++tb)
-    for (int64_t kb = 0; kb < d / PAIR_COLS; ++kb, tiles += 256)
-      for (int64_t key = 0; key < 16; ++key) {
-        const int64_t row = tb * 16 + key;
-        for (int64_t r = 0; r < 16; ++r) tiles[r * 16 + key] = row < t ? pairs[row * row_pairs + kb * 16 + r] : 0;
-      }
+// The 16 x 16 matrix of 32-bit values in r, transposed in place (row i becomes column i).
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
 }
 
-// V [T, D] (rows `stride` apart) -> B tiles of P v: [T/32][D/16][16 key pairs][16 columns][2], zero past T: each
-// tile row interleaves two rows of V.
-void pack_values(const bf16* v, int64_t stride, int64_t t, int64_t d, int64_t t_pad, bf16* out) {
-  auto* tiles = reinterpret_cast<__m512i*>(out);
+// Keys [32 * block, 32 * block + 32) of K [T, D] (rows `stride` apart, both even) -> their B tiles of q k^T, at
+// `out` = the packed K: [T_pad/16][D/32][16 pair rows][16 keys] pairs of bf16 (as uint32), zero past T. Each tile
+// is a 16 keys x 16 pairs block of K, transposed in registers.
+void pack_keys(const bf16* k, int64_t stride, int64_t t, int64_t d, int64_t block, bf16* out) {
+  const auto* pairs = reinterpret_cast<const uint32_t*>(k);
+  const int64_t row_pairs = stride / 2, k_tiles = d / PAIR_COLS;
+  for (int64_t tb = 2 * block; tb < 2 * block + 2; ++tb) {
+    auto* tiles = reinterpret_cast<__m512i*>(out) + tb * k_tiles * 16;
+    for (int64_t kb = 0; kb < k_tiles; ++kb, tiles += 16) {
+      __m512i r[16];
+      for (int64_t key = 0; key < 16; ++key) {
+        const int64_t row = tb * 16 + key;
+        r[key] = row < t ? _mm512_loadu_si512(pairs + row * row_pairs + kb * 16) : _mm512_setzero_si512();
+      }
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tiles + i, r[i]);
+    }
+  }
+}
+
+// Keys [32 * block, 32 * block + 32) of V [T, D] (rows `stride` apart) -> their B tiles of P v, at `out` = the
+// packed V: [T_pad/32][D/16][16 key pairs][16 columns][2], zero past T: each tile row interleaves two rows of V.
+void pack_values(const bf16* v, int64_t stride, int64_t t, int64_t d, int64_t block, bf16* out) {
+  auto* tiles = reinterpret_cast<__m512i*>(out) + block * d;  // d 64-byte rows per 32 keys
   auto row16 = [&](int64_t key, int64_t c) {
     return key < t ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + key * stride + c)))
                    : _mm512_setzero_si512();
   };
-  for (int64_t kb = 0; kb < t_pad / PAIR_COLS; ++kb)
-    for (int64_t c = 0; c < d; c += 16)
-      for (int64_t r = 0; r < 16; ++r, ++tiles) {
-        const int64_t key = kb * PAIR_COLS + 2 * r;
-        _mm512_storeu_si512(tiles, _mm512_or_si512(row16(key, c), _mm512_slli_epi32(row16(key + 1, c), 16)));
-      }
+  for (int64_t c = 0; c < d; c += 16)
+    for (int64_t r = 0; r < 16; ++r, ++tiles) {
+      const int64_t key = block * PAIR_COLS + 2 * r;
+      _mm512_storeu_si512(tiles, _mm512_or_si512(row16(key, c), _mm512_slli_epi32(row16(key + 1, c), 16)));
+    }
 }
 
 inline __m512 load_live(const float* p, __mmask16 live) { return _mm512_maskz_loadu_ps(live, p); }
@@ -117,25 +147,41 @@ float softmax_row(float* s, const B* bias, int64_t t, int64_t t_pad, float scale
 
 enum class Unit { kAmx, kAvx512 };
 
-// c[row][0..15] = sum over the 16 pair rows of B (16 columns each) of a[row] pairs . B, for `rows` rows of a (bf16,
+// c[row][0..15] = sum over the 16 pair rows of B (16 columns each) of a[row] pairs . B, for R rows of a (bf16,
 // `lda` apart, 16 pairs each), added over `blocks` (a, b) blocks `a_step` / 512 pairs apart: what TDPBF16PS does on
-// a tile, on AVX512-BF16.
-inline void dot_rows_avx512(const bf16* a, int64_t lda, int64_t a_step, const bf16* b, int64_t b_step, int64_t blocks,
-                            int rows, __m512 (&c)[16]) {
-  for (int row = 0; row < 16; ++row) c[row] = _mm512_setzero_ps();
+// a tile, on AVX512-BF16, with the R rows' sums in registers.
+template <int R>
+void dot_rows_avx512(const bf16* a, int64_t lda, int64_t a_step, const bf16* b, int64_t b_step, int64_t blocks,
+                     __m512 (&c)[16]) {
+  for (int row = 0; row < R; ++row) c[row] = _mm512_setzero_ps();
   for (int64_t block = 0; block < blocks; ++block) {
     const bf16* a_block = a + block * a_step;
     const auto* b_block = reinterpret_cast<const uint32_t*>(b + block * b_step);
     for (int pair = 0; pair < 16; ++pair) {
       const auto columns = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_block + pair * 16));
-      for (int row = 0; row < 16; ++row) {
-        if (row >= rows) break;
+      for (int row = 0; row < R; ++row) {
         uint32_t values;
         std::memcpy(&values, a_block + row * lda + 2 * pair, sizeof values);
         c[row] = _mm512_dpbf16_ps(c[row], reinterpret_cast<__m512bh>(_mm512_set1_epi32(values)), columns);
       }
     }
   }
+}
+
+// The same for `rows` (1..16) rows: the product runs for `rows` rounded up to a power of two (the rows of a past
+// `rows` are read, zero or not; only c's first `rows` rows are meant).
+inline void dot_rows_avx512(const bf16* a, int64_t lda, int64_t a_step, const bf16* b, int64_t b_step, int64_t blocks,
+                            int rows, __m512 (&c)[16]) {
+  if (rows > 8)
+    dot_rows_avx512<16>(a, lda, a_step, b, b_step, blocks, c);
+  else if (rows > 4)
+    dot_rows_avx512<8>(a, lda, a_step, b, b_step, blocks, c);
+  else if (rows > 2)
+    dot_rows_avx512<4>(a, lda, a_step, b, b_step, blocks, c);
+  else if (rows > 1)
+    dot_rows_avx512<2>(a, lda, a_step, b, b_step, blocks, c);
+  else
+    dot_rows_avx512<1>(a, lda, a_step, b, b_step, blocks, c);
 }
 
 #define VLABENCH_TILE_CASES(M) \
@@ -186,11 +232,12 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
   thread_local Scratch<bf16> packed;
   const bf16 *kp = k.data_ptr<bf16>(), *vp = v.data_ptr<bf16>(), *qp = q.data_ptr<bf16>();
   bf16 *pk = packed.get(2 * b * hk * t_pad * d), *pv = pk + b * hk * t_pad * d, *op = out.data_ptr<bf16>();
-  at::parallel_for(0, b * hk, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t batch = i / hk, head = i % hk;
-      pack_keys(kp + batch * k.stride(0) + head * k.stride(1), k.stride(2), t, d, t_pad, pk + i * t_pad * d);
-      pack_values(vp + batch * v.stride(0) + head * v.stride(1), v.stride(2), t, d, t_pad, pv + i * t_pad * d);
+  const int64_t key_blocks = t_pad / PAIR_COLS;  // one packing task: 32 keys of one K/V head
+  at::parallel_for(0, b * hk * key_blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t i = task / key_blocks, block = task % key_blocks, batch = i / hk, head = i % hk;
+      pack_keys(kp + batch * k.stride(0) + head * k.stride(1), k.stride(2), t, d, block, pk + i * t_pad * d);
+      pack_values(vp + batch * v.stride(0) + head * v.stride(1), v.stride(2), t, d, block, pv + i * t_pad * d);
     }
   });
   const int64_t chunks = (s + ROWS - 1) / ROWS, d_tiles = d / 16, k_tiles = d / PAIR_COLS;
@@ -213,9 +260,10 @@ torch::Tensor attention(const torch::Tensor& q_in, const torch::Tensor& k_in, co
       for (int64_t tb = 0; tb < t_pad / 16 && unit == Unit::kAvx512; ++tb)
         for (int64_t m = 0; m < live; ++m) {
           __m512 sums[16];
+          const int valid = static_cast<int>(std::min<int64_t>(16, rows - m * 16));
           dot_rows_avx512(q_rows + m * 16 * d, d, PAIR_COLS, keys + tb * k_tiles * TILE_VALUES, TILE_VALUES, k_tiles,
-                          16, sums);
-          for (int row = 0; row < 16; ++row) _mm512_storeu_ps(scores + (m * 16 + row) * ld + tb * 16, sums[row]);
+                          valid, sums);
+          for (int row = 0; row < valid; ++row) _mm512_storeu_ps(scores + (m * 16 + row) * ld + tb * 16, sums[row]);
         }
       for (int64_t tb = 0; tb < t_pad / 16 && unit == Unit::kAmx; ++tb) {
 #define VLABENCH_ZERO(T) \

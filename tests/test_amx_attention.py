@@ -54,6 +54,7 @@ def reference(q, k, v, bias):
         (1, 15, 5, 50, 241, 64, 0.0),
         (2, 8, 1, 7, 33, 256, 0.3),  # π0's Gemma expert head size, one K/V head
         (1, 4, 2, 64, 100, 32, 0.5),
+        (1, 6, 3, 20, 70, 64, 0.2),  # a last group of 4 query rows; keys ending mid-tile
         (1, 2, 2, 1, 1, 64, 0.0),  # a decode step over one key
         (1, 4, 4, 64, 1024, 64, 0.2),  # score rows of 1024 keys (4 KB of fp32): the scratch rows are padded
     ],
