@@ -37,8 +37,16 @@ graph as constants, so linear layers run oneDNN kernels on weights packed once a
 are compile-time settings (``torch.compile(options=...)`` does not apply ``freezing``; the config patch does)."""
 
 
-def _compile(function: Callable, mode: str) -> Callable:
-    return torch.compile(function, mode=mode, fullgraph=FULLGRAPH, dynamic=False)
+def _compile(function: Callable, mode: str, frozen: bool = False) -> Callable:
+    """``frozen``: the model's weights are folded into the graph (Inductor's ``freezing``), so a changed weight is
+    not seen anyway; the guards on the model's modules and parameters (hundreds of tensor checks on every call,
+    under the phase's own time) are then left out."""
+    if not frozen:
+        return torch.compile(function, mode=mode, fullgraph=FULLGRAPH, dynamic=False)
+    from torch._inductor import list_mode_options
+
+    options = {**list_mode_options(mode), "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+    return torch.compile(function, options=options, fullgraph=FULLGRAPH, dynamic=False)
 
 
 def _copy_cache(cache: Any) -> Any:
@@ -94,10 +102,11 @@ class CompiledPolicy(PreparedPolicy):
         self.device = device
         self.mode = mode
         self.sampler = sampler
-        self._embed = _compile(model.embed_images, mode)
-        self._prefill = _compile(model.prefill, mode)
-        self._denoise = _compile(model.denoise_step, mode)
-        self._decode = _compile(model.decode_step, mode) if hasattr(model, "decode_step") else None
+        frozen = bool(self.inductor.get("freezing"))
+        self._embed = _compile(model.embed_images, mode, frozen)
+        self._prefill = _compile(model.prefill, mode, frozen)
+        self._denoise = _compile(model.denoise_step, mode, frozen)
+        self._decode = _compile(model.decode_step, mode, frozen) if hasattr(model, "decode_step") else None
         # Inductor's CUDA graph trees recycle a graph's outputs once the next compiled call starts: copy out the
         # outputs that outlive that call (the denoise velocity is consumed by the sampler before the next step).
         self._copy_outputs = device.type == "cuda" and mode in WITHOUT_CUDAGRAPHS
@@ -193,6 +202,7 @@ class CompiledPolicy(PreparedPolicy):
             "inductor_codegen": inductor_config.cuda_backend if cuda else inductor_config.cpu_backend,
             "intra_op_threads": torch.get_num_threads(),
             "inductor_settings": dict(self.inductor),
+            "module_guards": "skipped (weights frozen)" if self.inductor.get("freezing") else "checked",
             "compile_s": dict(self.compile_s),
             "compile_total_s": round(sum(self.compile_s.values()), 3),
             "fused_denoise_loop": self.fused is not None,

@@ -48,6 +48,13 @@ def test_compiled_fp32_matches_eager_and_compiles_in_prepare(name):
                 module.weight.zero_()
         with torch._dynamo.config.patch(error_on_recompile=True):
             assert torch.equal(sample(policy, spec, workload, cpu), actions)
+    # nor do the calls check the modules' parameters (no guards on them): a replaced weight of another dtype
+    # neither recompiles nor changes the actions
+    assert details["module_guards"] == "skipped (weights frozen)"
+    linear = next(m for m in policy.model.modules() if isinstance(m, torch.nn.Linear))
+    linear.weight = torch.nn.Parameter(linear.weight.double(), requires_grad=False)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert torch.equal(sample(policy, spec, workload, cpu), actions)
 
 
 def test_unknown_compile_mode_is_an_input_error_listing_the_modes():
