@@ -6,7 +6,8 @@ roofline operator table (issue 19, section 3).
                                         [--json-out FILE]
 
 For each variant the step is first timed without a profiler (p50 over ``--timed-steps``), then profiled with the
-runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with their children) or OpenVINO's
+runtime's own profiler: torch's (``torch.profiler``, the outermost aten and vlabench ops with their children; for
+``torch-compile``, compiled with Inductor's per-kernel profiling, also each generated C++ kernel) or OpenVINO's
 ``PERF_COUNT`` (per executed node). Each op lands in one class:
 
 - ``weight matmuls``: the projections and MLPs (torch ``aten::linear`` and the quantized kernels, vlabench's
@@ -20,8 +21,10 @@ runtime's own profiler: torch's (``torch.profiler``, top-level aten ops with the
   in the exported graphs (eager torch reads the shared heads in place, SDPA's ``enable_gqa``, so its class is
   empty unless an op like ``repeat_interleave`` appears);
 - ``layout and precision conversions``: OpenVINO ``Reorder`` / ``Convert`` / ``Transpose``;
-- ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor);
-- ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost).
+- ``norms, activations, RoPE, residuals``: every other op (the roofline counts them as 0 FLOP, no floor), and every
+  kernel Inductor generated (its pointwise and reduction kernels, named after the ops they feed);
+- ``outside the ops``: the profiled step's wall time minus its ops (Python, dispatch, the profiler's own cost; for
+  ``torch-compile`` also dynamo's guard checks and the compiled graph's wrapper between its kernels).
 
 The two floored classes alone, at their measured times, bound the share of the floor the step can reach with the
 runtime's matmul and attention kernels as they are (``floored_ops_ms``).
@@ -94,7 +97,14 @@ FLOORED = ("weight matmuls", "attention")
 the floor the step can reach while the runtime's own matmul and attention kernels stay as they are."""
 
 
-PROFILERS = ("torch", "openvino")  # the backends whose own profiler this script reads
+PROFILERS = ("torch", "torch-compile", "openvino")  # the backends whose own profiler this script reads
+PROFILER_NAMES = {
+    "torch": "torch.profiler (CPU)",
+    "torch-compile": "torch.profiler (CPU), Inductor kernels profiled",
+    "openvino": "OpenVINO PERF_COUNT",
+}
+AOTI_CALL = "aoti_torch_"  # the C++ wrapper's calls of aten kernels ("aoti_torch_cpu__mkl_linear")
+INDUCTOR_KERNEL = "cpp_fused"  # in the names of Inductor's generated C++ kernels (with cpp.enable_kernel_profile)
 
 
 def profiled_variant(text: str) -> str:
@@ -108,6 +118,13 @@ def profiled_variant(text: str) -> str:
 def torch_class(name: str) -> str:
     if name in TORCH_CLASS:
         return TORCH_CLASS[name]
+    if INDUCTOR_KERNEL in name:  # named after the ops it feeds ("..._vnni_int8_linear_2"), but itself pointwise
+        return "norms, activations, RoPE, residuals"
+    if "scaled_dot_product" in name:  # the compiled graphs call SDPA's CPU kernels by their own names
+        return "attention"
+    extern = name.startswith(("mkldnn::", "mkl::", AOTI_CALL))  # the compiled graphs' calls of aten's kernels
+    if extern and ("linear" in name or name.endswith("mm")):  # Inductor's prepacked linears, mm / addmm
+        return "weight matmuls"
     if "quantize" in name or "int8" in name or "_mm" in name:
         return "weight matmuls"
     return "norms, activations, RoPE, residuals"
@@ -135,9 +152,23 @@ def timed_steps(policy, x_t, t, cache, count: int) -> list[float]:
     return times
 
 
+def is_op(name: str) -> bool:
+    return name.startswith(("aten::", "vlabench::", "mkldnn::", "mkl::", AOTI_CALL)) or INDUCTOR_KERNEL in name
+
+
+def outermost_op(event) -> bool:
+    """An op none of whose callers is an op (a compiled graph's ops sit under its "Call CompiledFxGraph" event)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if is_op(parent.name):
+            return False
+        parent = parent.cpu_parent
+    return is_op(event.name)
+
+
 def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], float]:
-    """Per class, milliseconds per step of the top-level aten and vlabench ops (children included); and the
-    profiled wall."""
+    """Per class, milliseconds per step of the outermost aten and vlabench ops and Inductor kernels (children
+    included); and the profiled wall."""
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -147,7 +178,7 @@ def profile_torch(policy, x_t, t, cache, count: int) -> tuple[dict[str, float], 
         wall_ms = (perf_counter_ns() - begin) / 1e6
     classes: dict[str, float] = defaultdict(float)
     for event in prof.events():
-        if event.cpu_parent is None and event.name.startswith(("aten::", "vlabench::")):
+        if outermost_op(event):
             classes[torch_class(event.name)] += event.cpu_time_total / 1e3
     return classes, wall_ms
 
@@ -203,8 +234,11 @@ def floors(spec, workload, precision: str, step_ms: float, measured: list[Measur
 
 
 def profile_variant(name: str, precision: str, args, spec, workload, measured: list[MeasuredCeiling]) -> dict:
+    from torch._inductor import config as inductor_config
+
     backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino"))
-    policy = backend.prepare(spec, workload, CPU, precision, args.seed)
+    with inductor_config.patch({"cpp.enable_kernel_profile": name == "torch-compile"}):
+        policy = backend.prepare(spec, workload, CPU, precision, args.seed)
     x_t, t, cache = step_inputs(policy, spec, workload, precision, args.seed)
     timed_steps(policy, x_t, t, cache, 3)  # warm-up
     step_ms = statistics.median(timed_steps(policy, x_t, t, cache, args.timed_steps))
@@ -223,7 +257,7 @@ def profile_variant(name: str, precision: str, args, spec, workload, measured: l
         "step_floor_ms": floor.get("step"),
         "floored_ops_ms": floored_ms,
         "classes": {kind: {"ms": per_step.get(kind, 0.0), "floor_ms": floor.get(kind)} for kind in CLASSES},
-        "profiler": "OpenVINO PERF_COUNT" if name == "openvino" else "torch.profiler (CPU)",
+        "profiler": PROFILER_NAMES[name],
     }
 
 

@@ -71,6 +71,15 @@ def test_the_verdict_takes_the_fastest_variant_that_passes_the_gate():
         ("vlabench::avx512_attention", "attention"),
         ("aten::repeat_interleave", "K/V expansion (GQA)"),
         ("aten::add", "norms, activations, RoPE, residuals"),
+        # a compiled step: Inductor's kernels are pointwise whatever they feed; its extern calls keep their class
+        ("graph_2_cpp_fused_silu_view_vnni_int8_linear_2", "norms, activations, RoPE, residuals"),
+        ("graph_0_cpp_fused__to_copy_add_arange_avx512_attention_4", "norms, activations, RoPE, residuals"),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+        ("mkldnn::_linear_pointwise", "weight matmuls"),
+        ("mkl::_mkl_linear", "weight matmuls"),
+        ("aoti_torch_cpu__mkl_linear", "weight matmuls"),  # the same calls from Inductor's C++ wrapper
+        ("aoti_torch_cpu_addmm", "weight matmuls"),
+        ("aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu", "attention"),
     ],
 )
 def test_torch_ops_land_in_their_class(op, kind):
@@ -97,6 +106,21 @@ def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
     assert classes["weight matmuls"]["floor_ms"] > 0 and 0 < found["step_floor_ms"] < found["step_p50_ms"]
     floored = classes["weight matmuls"]["ms"] + classes["attention"]["ms"]
     assert found["floored_ops_ms"] == pytest.approx(floored)  # the bound: only the ops the floor counts
+
+
+def test_a_profiled_compiled_step_counts_inductors_kernels_and_its_extern_calls():
+    torch.set_num_threads(1)
+    args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
+    spec = load_model_spec("smolvla-tiny")
+    found = expert_profile.profile_variant(
+        "torch-compile", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0)
+    )
+    classes = found["classes"]
+    assert found["profiler"] == "torch.profiler (CPU), Inductor kernels profiled"
+    assert classes["norms, activations, RoPE, residuals"]["ms"] > 0  # the generated kernels, recorded
+    assert classes["weight matmuls"]["ms"] > 0 and classes["attention"]["ms"] > 0
+    assert sum(entry["ms"] for entry in classes.values()) == pytest.approx(found["profiled_step_ms"], rel=1e-6)
+    assert sum(entry["ms"] for kind, entry in classes.items() if kind != "outside the ops") < found["profiled_step_ms"]
 
 
 def test_every_variants_floor_rests_on_the_runs_one_bandwidth():
@@ -183,7 +207,7 @@ def test_a_malformed_variant_is_a_usage_error_naming_the_valid_parts(text):
 
 def test_the_expert_profile_takes_only_the_backends_whose_profiler_it_reads():
     assert expert_profile.profiled_variant("openvino:int8") == "openvino:int8"
-    with pytest.raises(argparse.ArgumentTypeError, match="only torch, openvino"):
+    with pytest.raises(argparse.ArgumentTypeError, match="only torch, torch-compile, openvino"):
         expert_profile.profiled_variant("onnxruntime:fp32")
 
 
