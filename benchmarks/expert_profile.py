@@ -74,6 +74,8 @@ TORCH_CLASS = {
     "aten::linear": "weight matmuls",
     "aten::_weight_int4pack_mm_for_cpu": "weight matmuls",
     "aten::_int_mm": "weight matmuls",
+    "aten::mm": "weight matmuls",  # a compiled graph's linears: Inductor lowers them to mm / addmm
+    "aten::addmm": "weight matmuls",
     "vlabench::amx_int8_linear": "weight matmuls",
     "vlabench::vnni_int8_linear": "weight matmuls",
     "aten::scaled_dot_product_attention": "attention",
@@ -136,7 +138,7 @@ def step_inputs(policy, spec, workload, precision: str, seed: int):
     with torch.inference_mode():
         cache = policy.prefix(obs)
     x_t = initial_noise(workload, seed, dtype, CPU)
-    t = torch.full((workload.batch,), 0.5, dtype=dtype)
+    t = torch.full((workload.batch,), 0.5)  # fp32, as the samplers' times (a compiled step is compiled for them)
     return x_t, t, cache
 
 

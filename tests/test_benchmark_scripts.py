@@ -77,6 +77,8 @@ def test_the_verdict_takes_the_fastest_variant_that_passes_the_gate():
         ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
         ("mkldnn::_linear_pointwise", "weight matmuls"),
         ("mkl::_mkl_linear", "weight matmuls"),
+        ("aten::mm", "weight matmuls"),  # a linear lowered by Inductor (eager's are aten::linear, mm inside)
+        ("aten::addmm", "weight matmuls"),
         ("aoti_torch_cpu__mkl_linear", "weight matmuls"),  # the same calls from Inductor's C++ wrapper
         ("aoti_torch_cpu_addmm", "weight matmuls"),
         ("aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu", "attention"),
@@ -108,13 +110,16 @@ def test_a_profiled_tiny_step_splits_into_classes_that_add_up_to_the_step():
     assert found["floored_ops_ms"] == pytest.approx(floored)  # the bound: only the ops the floor counts
 
 
-def test_a_profiled_compiled_step_counts_inductors_kernels_and_its_extern_calls():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])  # linears as mkl calls (fp32) or mm / addmm (bf16)
+def test_a_profiled_compiled_step_counts_inductors_kernels_and_its_extern_calls(precision):
     torch.set_num_threads(1)
     args = argparse.Namespace(seed=0, timed_steps=3, profiled_steps=2)
     spec = load_model_spec("smolvla-tiny")
-    found = expert_profile.profile_variant(
-        "torch-compile", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0)
-    )
+    torch._dynamo.reset()  # the other precision's compile of the same replica code would count as a recompile
+    with torch._dynamo.config.patch(error_on_recompile=True):  # the step profiled is the one prepare compiled
+        found = expert_profile.profile_variant(
+            "torch-compile", precision, args, spec, Workload.from_spec(spec), ceilings(20.0)
+        )
     classes = found["classes"]
     assert found["profiler"] == "torch.profiler (CPU), Inductor kernels profiled"
     assert classes["norms, activations, RoPE, residuals"]["ms"] > 0  # the generated kernels, recorded
