@@ -59,6 +59,15 @@ def test_the_verdict_takes_the_fastest_variant_that_passes_the_gate():
     assert backends.verdict([record("torch fp32", 1.0, False)], "amx")["checked"] is False
 
 
+def test_a_share_above_the_floor_counts_toward_no_target():
+    """No step beats its roofline floor: a share above 100% means a ceiling was read low in that run."""
+    records = [record("torch fp32", 1.0, True, 0.3), record("openvino fp32", 4.6, True, 1.07)]
+    verdict = backends.verdict(records, "amx")
+    assert verdict["expert_share_beats_floor"] and not verdict["expert_share_met"]
+    assert backends.verdict([record("openvino fp32", 4.6, True, 0.61)], "amx")["expert_share_met"]
+    assert [backends.beats_its_floor(share) for share in (None, 0.99, 1.0, 1.01)] == [False, False, False, True]
+
+
 @pytest.mark.parametrize(
     ("op", "kind"),
     [
