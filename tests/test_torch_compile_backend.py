@@ -48,13 +48,17 @@ def test_compiled_fp32_matches_eager_and_compiles_in_prepare(name):
                 module.weight.zero_()
         with torch._dynamo.config.patch(error_on_recompile=True):
             assert torch.equal(sample(policy, spec, workload, cpu), actions)
-    # nor do the calls check the modules' parameters (no guards on them): a replaced weight of another dtype
-    # neither recompiles nor changes the actions
-    assert details["module_guards"] == "skipped (weights frozen)"
-    linear = next(m for m in policy.model.modules() if isinstance(m, torch.nn.Linear))
-    linear.weight = torch.nn.Parameter(linear.weight.double(), requires_grad=False)
+    # the calls check the modules' types and weights, not their other attributes: a changed attribute is not seen
+    # (as a changed weight's values are not), another weight compiles anew
+    assert details["module_guards"] == "types and weights only (frozen)"
+    norm = next(m for m in policy.model.modules() if hasattr(m, "eps"))
+    norm.eps = 0.5
     with torch._dynamo.config.patch(error_on_recompile=True):
         assert torch.equal(sample(policy, spec, workload, cpu), actions)
+    linear = next(m for m in policy.model.modules() if isinstance(m, torch.nn.Linear))
+    linear.weight = torch.nn.Parameter(torch.ones_like(linear.weight), requires_grad=False)
+    with torch._dynamo.config.patch(error_on_recompile=True), pytest.raises(torch._dynamo.exc.RecompileError):
+        sample(policy, spec, workload, cpu)
 
 
 def test_unknown_compile_mode_is_an_input_error_listing_the_modes():
