@@ -20,6 +20,7 @@ from vlabench.models.replicas.layers import (
     AdaptiveRMSNorm,
     GatedMLP,
     RMSNorm,
+    RotaryTable,
     SelfAttentionProjections,
     additive_mask,
     apply_rope,
@@ -207,6 +208,7 @@ class FlowMatchingVLA(nn.Module):
         self.connector = build_connector(spec.vision, llm.hidden)
         self.language_model = TextDecoder(llm)
         self.expert = ActionExpert(spec)
+        self.expert_rope = RotaryTable(expert.head_dim, llm.rope_theta)  # the suffix's positions, every step
         self.action_in_proj = nn.Linear(action.action_dim, expert.hidden)
         self.action_out_proj = nn.Linear(expert.hidden, action.action_dim)
         if action.state_placement == "prefix_token":
@@ -292,11 +294,10 @@ class FlowMatchingVLA(nn.Module):
         to_suffix = block_mask(suffix_blocks, suffix_blocks, suffix_valid)
         offset = prefix_valid.long().sum(1, keepdim=True)
         steps = torch.arange(suffix_len, device=h.device)[None].expand(batch, -1)
-        head_dim, theta = self.spec.expert.head_dim, self.spec.llm.rope_theta
         inputs = ExpertInputs(
-            rope=rope_cos_sin(offset + steps, head_dim, theta, dtype),
+            rope=self.expert_rope(offset + steps, prefix_valid.shape[1] + suffix_len, dtype),
             bias=additive_mask(torch.cat([to_prefix, to_suffix], dim=2), dtype),
-            cross_rope=rope_cos_sin(steps, head_dim, theta, dtype),
+            cross_rope=self.expert_rope(steps, suffix_len, dtype),
             cross_bias=additive_mask(to_prefix, dtype),
             cond=cond,
         )

@@ -49,6 +49,39 @@ def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dt
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+ROPE_TABLE_POSITIONS = 4096  # positions a RotaryTable holds (SmolVLA's expert, 3 cameras, reaches 291)
+
+
+class RotaryTable(nn.Module):
+    """``rope_cos_sin`` tabulated once for positions [0, ``positions``): a step gathers its rows. Computed from the
+    positions inside a compiled step instead, Inductor inlines pow, cos and sin into every layer that applies them,
+    element by element. The tables are buffers left out of the state dict, recomputed by ``reset_tables`` after a
+    replica is allocated (``build_replica``)."""
+
+    def __init__(self, head_dim: int, theta: float, positions: int = ROPE_TABLE_POSITIONS) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = theta
+        self.register_buffer("cos", torch.empty(positions, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(positions, head_dim), persistent=False)
+        self.reset_tables()
+
+    @torch.no_grad()
+    def reset_tables(self) -> None:
+        """Fill the tables on their device, rounded to their dtype once (as ``rope_cos_sin`` rounds its result)."""
+        positions = torch.arange(self.cos.shape[0], device=self.cos.device)[None]
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.theta, torch.float32)
+        self.cos.copy_(cos[0, 0])
+        self.sin.copy_(sin[0, 0])
+
+    def forward(self, positions: Tensor, bound: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``rope_cos_sin`` at integer ``positions`` (B, S) in [0, ``bound``), ``bound`` known from the inputs'
+        shapes; past the table they are computed as ``rope_cos_sin`` does."""
+        if bound > self.cos.shape[0]:
+            return rope_cos_sin(positions, self.head_dim, self.theta, dtype)
+        return self.cos[positions][:, None].to(dtype), self.sin[positions][:, None].to(dtype)
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)

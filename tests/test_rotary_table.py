@@ -1,0 +1,68 @@
+"""RoPE's cos and sin tabulated once (``RotaryTable``): the same values as computing them from the positions, in every
+flow-matching replica however it is built, and a compiled denoising step that gathers them instead of recomputing
+them in every layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlabench.models.replicas import build_replica
+from vlabench.models.replicas.layers import ROPE_TABLE_POSITIONS, RotaryTable, rope_cos_sin
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+
+FLOW_FAMILIES = ["smolvla-tiny", "pi0-tiny", "pi05-tiny"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("head_dim", "theta"), [(64, 10000.0), (256, 10000.0), (128, 500000.0)])
+def test_the_table_gives_rope_cos_sin_exactly(head_dim, theta, dtype):
+    table = RotaryTable(head_dim, theta).to(dtype)
+    table.reset_tables()
+    positions = torch.tensor([[0, 5, 240, 290], [17, 17, 18, ROPE_TABLE_POSITIONS - 1]])
+    for found, expected in zip(
+        table(positions, ROPE_TABLE_POSITIONS, dtype), rope_cos_sin(positions, head_dim, theta, dtype), strict=True
+    ):
+        assert found.shape == expected.shape == (2, 1, 4, head_dim) and found.dtype == dtype
+        assert torch.equal(found, expected)
+
+
+def test_positions_past_the_table_are_computed_as_rope_cos_sin_does():
+    table = RotaryTable(64, 10000.0, positions=8)
+    positions = torch.arange(5, 12)[None]
+    for found, expected in zip(
+        table(positions, 12, torch.float32), rope_cos_sin(positions, 64, 10000.0, torch.float32), strict=True
+    ):
+        assert torch.equal(found, expected)
+
+
+@pytest.mark.parametrize("name", FLOW_FAMILIES)
+@pytest.mark.parametrize("streamed", [False, True])  # whole, or module by module through a transform
+def test_every_flow_replica_fills_its_table_after_allocation(name, streamed):
+    """``build_replica`` allocates on the meta device and then ``to_empty``: the table must be computed again."""
+    spec = load_model_spec(name)
+    model = build_replica(spec, 0, torch.bfloat16, torch.device("cpu"), (lambda _name, _m: None) if streamed else None)
+    positions = torch.arange(ROPE_TABLE_POSITIONS)[None]
+    cos, sin = rope_cos_sin(positions, spec.expert.head_dim, spec.llm.rope_theta, torch.bfloat16)
+    assert torch.equal(model.expert_rope.cos, cos[0, 0]) and torch.equal(model.expert_rope.sin, sin[0, 0])
+    assert "expert_rope.cos" not in model.state_dict()  # no checkpoint holds it
+
+
+def test_a_compiled_denoising_step_gathers_rope_instead_of_recomputing_it_per_layer():
+    from torch._inductor.utils import run_and_get_code
+
+    spec = load_model_spec("smolvla-tiny")
+    workload = Workload.from_spec(spec)
+    cpu = torch.device("cpu")
+    model = build_replica(spec, 0, torch.float32, cpu)
+    with torch.inference_mode():
+        cache = model.prefill(
+            obs := synthetic_observation(spec, workload, 0, torch.float32, cpu), model.embed_images(obs.images)
+        )
+        step = torch.compile(model.denoise_step, fullgraph=True, dynamic=False)
+        noise = initial_noise(workload, 0, torch.float32, cpu)
+        _, (code,) = run_and_get_code(step, noise, torch.full((workload.batch,), 0.5), cache)
+    # sin and cos are left only where the step's time embedding computes them (4 calls in Inductor's kernels); with
+    # RoPE computed from the positions, its pow, sin and cos were inlined into the layers' kernels: 16 calls in all
+    assert code.count(".cos()") + code.count(".sin()") <= 4
