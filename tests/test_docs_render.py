@@ -202,3 +202,19 @@ def test_a_share_above_the_floor_is_marked_as_a_low_ceiling_reading():
     assert render_docs.BEATEN_NOTE in text
     amx = render_docs.render_backends(ROOT, "benchmarks/results/backends-smolvla-cpu.json", True)
     assert render_docs.BEATEN_MARK not in amx and render_docs.BEATEN_NOTE not in amx
+
+
+def test_the_expert_profile_marks_a_share_above_its_floor(tmp_path):
+    relative = "benchmarks/results/expert-profile-smolvla-avx512-bf16-cpu.json"
+    assert render_docs.BEATEN_MARK not in render_docs.render_expert_profile(ROOT, relative)
+    (tmp_path / relative).parent.mkdir(parents=True)
+    for name in (relative, relative.replace(".json", ".meta.json")):
+        shutil.copy(ROOT / name, tmp_path / name)
+    doc = json.loads((tmp_path / relative).read_text())
+    fast = doc["variants"][0]
+    fast["step_p50_ms"] = fast["step_floor_ms"] / 1.2  # a step 20% under its floor: the floor was read too high
+    (tmp_path / relative).write_text(json.dumps(doc))
+    text = render_docs.render_expert_profile(tmp_path, relative)
+    marked = [line for line in text.splitlines() if render_docs.BEATEN_MARK in line]
+    assert len(marked) == 1 and f"**{fast['variant']}**" in marked[0] and "120%" in marked[0]
+    assert render_docs.BEATEN_NOTE in text
