@@ -99,13 +99,15 @@ FLOORED = ("weight matmuls", "attention")
 the floor the step can reach while the runtime's own matmul and attention kernels stay as they are."""
 
 
-PROFILERS = ("torch", "torch-compile", "openvino")  # the backends whose own profiler this script reads
 PROFILER_NAMES = {
     "torch": "torch.profiler (CPU)",
     "torch-compile": "torch.profiler (CPU), Inductor kernels profiled",
     "openvino": "OpenVINO PERF_COUNT",
 }
-AOTI_CALL = "aoti_torch_"  # the C++ wrapper's calls of aten kernels ("aoti_torch_cpu__mkl_linear")
+PROFILERS = tuple(PROFILER_NAMES)  # the backends whose own profiler this script reads
+EXTERN_CALLS = ("mkldnn::", "mkl::", "aoti_torch_")
+"""A compiled graph's calls of aten's kernels: Inductor's prepacked linears, and the C++ wrapper's calls
+("aoti_torch_cpu__mkl_linear")."""
 INDUCTOR_KERNEL = "cpp_fused"  # in the names of Inductor's generated C++ kernels (with cpp.enable_kernel_profile)
 
 
@@ -124,8 +126,7 @@ def torch_class(name: str) -> str:
         return "norms, activations, RoPE, residuals"
     if "scaled_dot_product" in name:  # the compiled graphs call SDPA's CPU kernels by their own names
         return "attention"
-    extern = name.startswith(("mkldnn::", "mkl::", AOTI_CALL))  # the compiled graphs' calls of aten's kernels
-    if extern and ("linear" in name or name.endswith("mm")):  # Inductor's prepacked linears, mm / addmm
+    if name.startswith(EXTERN_CALLS) and ("linear" in name or name.endswith("mm")):  # linears, mm / addmm
         return "weight matmuls"
     if "quantize" in name or "int8" in name or "_mm" in name:
         return "weight matmuls"
@@ -155,7 +156,7 @@ def timed_steps(policy, x_t, t, cache, count: int) -> list[float]:
 
 
 def is_op(name: str) -> bool:
-    return name.startswith(("aten::", "vlabench::", "mkldnn::", "mkl::", AOTI_CALL)) or INDUCTOR_KERNEL in name
+    return name.startswith(("aten::", "vlabench::", *EXTERN_CALLS)) or INDUCTOR_KERNEL in name
 
 
 def outermost_op(event) -> bool:

@@ -653,18 +653,14 @@ BEATEN_NOTE = (
 )
 
 
-def beats_floor(record: dict) -> bool:
-    return floor_share(record["expert_share_of_floor"]) > 1.0
-
-
-def floor_share(share: float | None) -> float:
-    """A share of a roofline floor, 0 when there is none."""
-    return share or 0.0
+def above_floor(share: float | None) -> bool:
+    """A share of a roofline floor above it: a low ceiling reading (``BEATEN_NOTE``)."""
+    return share is not None and share > 1.0
 
 
 def floor_pct(share: float | None) -> str:
-    """A share of a roofline floor, marked when above it (a low ceiling reading, see ``BEATEN_NOTE``)."""
-    return pct(share) + BEATEN_MARK * (floor_share(share) > 1.0)
+    """A share of a roofline floor, marked when above it."""
+    return pct(share) + BEATEN_MARK * above_floor(share)
 
 
 def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
@@ -680,7 +676,7 @@ def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
         ]
         for r in by_end_to_end(doc)
     ]
-    beaten = any(beats_floor(r) for r in doc["variants"])
+    beaten = any(above_floor(r["expert_share_of_floor"]) for r in doc["variants"])
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens), {work['steps']} "
         f"denoising steps, chunk {work['chunk']}, {doc['threads']} threads; CPU class `{cpu['class']}` "
@@ -742,17 +738,18 @@ def render_expert_profile(root: Path, artifact: str) -> str:
         "",
     ]
     rows = []
-    shares = []  # every floor / measured share shown, for the mark's note
+    beaten = False  # a floor / measured share shown above its floor, for the mark's note
     for rec in doc["variants"]:
         floor = rec["step_floor_ms"]
-        shares.append(floor / rec["step_p50_ms"] if floor else None)
+        step_share = floor / rec["step_p50_ms"] if floor else None
+        beaten |= above_floor(step_share)
         rows.append(
             [
                 f"**{rec['variant']}**",
                 f"step p50 {ms(rec['step_p50_ms'])} (profiled {ms(rec['profiled_step_ms'])})",
                 "",
                 ms(floor),
-                floor_pct(shares[-1]) if floor else "—",
+                floor_pct(step_share) if floor else "—",
             ]
         )
         if floor:
@@ -768,19 +765,19 @@ def render_expert_profile(root: Path, artifact: str) -> str:
         for kind, entry in rec["classes"].items():
             share = entry["ms"] / rec["profiled_step_ms"]
             floor_ms = entry["floor_ms"]
-            shares.append(floor_ms / entry["ms"] if floor_ms and entry["ms"] else None)
+            class_share = floor_ms / entry["ms"] if floor_ms and entry["ms"] else None
+            beaten |= above_floor(class_share)
             rows.append(
                 [
                     "",
                     kind,
                     f"{ms(entry['ms'])} ({pct(share)})",
                     ms(floor_ms) if floor_ms else "—",
-                    floor_pct(shares[-1]) if shares[-1] else "—",
+                    floor_pct(class_share) if class_share else "—",
                 ]
             )
     header = ["variant", "operator class", "ms per step (share)", "roofline floor ms", "floor / measured"]
-    beaten = [BEATEN_NOTE, ""] if any(floor_share(share) > 1.0 for share in shares) else []
-    lines += [table(header, rows, "llrrr"), "", *beaten, provenance(meta)]
+    lines += [table(header, rows, "llrrr"), "", *([BEATEN_NOTE, ""] if beaten else []), provenance(meta)]
     return "\n".join(lines)
 
 
