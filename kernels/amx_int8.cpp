@@ -126,50 +126,71 @@ void multiply_rows(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blo
 
 // The same product on AVX512-VNNI: a's codes are u8 (s8 + 128), so each column's sum carries 128 x its weight sum
 // (`offset`), which is taken off. R rows of one 16-row group keep their sums in registers over every k block; the
-// weight block (k_blocks KB) is read once per group, from L1 or L2 after the first.
-template <int R>
-void multiply_group_vnni(const int8_t* rows, const int8_t* b, int64_t k_blocks, __m512i offset, int32_t* sums) {
+// weight block (k_blocks KB) is read once per group, from L1 or L2 after the first. The first group's pass
+// (WITH_OFFSET) also sums the offset from the weight lines it loads anyway (no pass of its own over a cold block).
+// Pass `pass` of `passes` prefetches every passes-th 1 KB block of the next weight block into L2, so the weight
+// stream from memory overlaps all passes' arithmetic instead of stalling the first.
+template <int R, bool WITH_OFFSET>
+void multiply_group_vnni(const int8_t* rows, const int8_t* b, int64_t k_blocks, int pass, int passes,
+                         __m512i& offset, int32_t* sums) {
   constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte row
-  __m512i acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+  constexpr int CHAINS = R >= 8 ? 1 : 8 / R;  // sums per row, over alternate k groups: a short group's adds overlap
+  const __m512i offset_codes = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* next = b + k_blocks * TILE_BYTES;  // the next 16 columns' block: contiguous, this thread's next task
+  __m512i acc[R][CHAINS];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CHAINS; ++c) acc[r][c] = _mm512_setzero_si512();
   for (int64_t kb = 0; kb < k_blocks; ++kb) {
     const int8_t* w = b + kb * TILE_BYTES;
     const int8_t* x = rows + kb * TILE_BYTES;
-    _mm_prefetch(reinterpret_cast<const char*>(w + PREFETCH_TILES * TILE_BYTES), _MM_HINT_T0);
-    for (int g = 0; g < GROUPS; ++g) {
-      const __m512i columns = _mm512_loadu_si512(w + g * 64);
-      for (int r = 0; r < R; ++r) {
-        int32_t codes;
-        std::memcpy(&codes, x + r * TILE_K + g * 4, sizeof codes);
-        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(codes), columns);
+    if (kb % passes == pass)
+      for (int line = 0; line < TILE_BYTES; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + kb * TILE_BYTES + line), _MM_HINT_T1);
+    for (int g0 = 0; g0 < GROUPS; g0 += CHAINS)
+      for (int c = 0; c < CHAINS; ++c) {
+        const int g = g0 + c;
+        const __m512i columns = _mm512_loadu_si512(w + g * 64);
+        if constexpr (WITH_OFFSET) offset = _mm512_dpbusd_epi32(offset, offset_codes, columns);
+        for (int r = 0; r < R; ++r) {
+          int32_t codes;
+          std::memcpy(&codes, x + r * TILE_K + g * 4, sizeof codes);
+          acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], _mm512_set1_epi32(codes), columns);
+        }
       }
-    }
   }
-  for (int r = 0; r < R; ++r) _mm512_store_si512(sums + r * TILE_N, _mm512_sub_epi32(acc[r], offset));
+  for (int r = 0; r < R; ++r) {
+    __m512i sum = acc[r][0];
+    for (int c = 1; c < CHAINS; ++c) sum = _mm512_add_epi32(sum, acc[r][c]);
+    _mm512_store_si512(sums + r * TILE_N, _mm512_sub_epi32(sum, offset));
+  }
+}
+
+template <bool WITH_OFFSET>
+void multiply_group_vnni(int rows, const int8_t* x, const int8_t* b, int64_t k_blocks, int pass, int passes,
+                         __m512i& offset, int32_t* sums) {
+  if (rows > 8)
+    multiply_group_vnni<16, WITH_OFFSET>(x, b, k_blocks, pass, passes, offset, sums);
+  else if (rows > 4)
+    multiply_group_vnni<8, WITH_OFFSET>(x, b, k_blocks, pass, passes, offset, sums);
+  else if (rows > 2)
+    multiply_group_vnni<4, WITH_OFFSET>(x, b, k_blocks, pass, passes, offset, sums);
+  else if (rows > 1)
+    multiply_group_vnni<2, WITH_OFFSET>(x, b, k_blocks, pass, passes, offset, sums);
+  else
+    multiply_group_vnni<1, WITH_OFFSET>(x, b, k_blocks, pass, passes, offset, sums);
 }
 
 // Up to four 16-row groups of x (`live`, the last holding `last_rows` rows) times one 16-column block of W; a short
 // last group runs only its rows, rounded up to a power of two.
 void multiply_rows_vnni(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blocks, int live, int last_rows,
                         Sums& sums) {
-  const __m512i offset_codes = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i offset = _mm512_setzero_si512();
-  for (int64_t kb = 0; kb < k_blocks; ++kb)
-    for (int line = 0; line < TILE_BYTES; line += 64)
-      offset = _mm512_dpbusd_epi32(offset, offset_codes, _mm512_loadu_si512(b + kb * TILE_BYTES + line));
   for (int t = 0; t < live; ++t) {
     const int rows = t + 1 < live ? TILE_M : last_rows;
-    const int8_t* x = a + t * step;
-    if (rows > 8)
-      multiply_group_vnni<16>(x, b, k_blocks, offset, sums[t]);
-    else if (rows > 4)
-      multiply_group_vnni<8>(x, b, k_blocks, offset, sums[t]);
-    else if (rows > 2)
-      multiply_group_vnni<4>(x, b, k_blocks, offset, sums[t]);
-    else if (rows > 1)
-      multiply_group_vnni<2>(x, b, k_blocks, offset, sums[t]);
+    if (t == 0)
+      multiply_group_vnni<true>(rows, a, b, k_blocks, t, live, offset, sums[t]);
     else
-      multiply_group_vnni<1>(x, b, k_blocks, offset, sums[t]);
+      multiply_group_vnni<false>(rows, a + t * step, b, k_blocks, t, live, offset, sums[t]);
   }
 }
 
