@@ -129,31 +129,35 @@ void multiply_rows(const int8_t* a, int64_t step, const int8_t* b, int64_t k_blo
 // weight block (k_blocks KB) is read once per group, from L1 or L2 after the first. The first group's pass
 // (WITH_OFFSET) also sums the offset from the weight lines it loads anyway (no pass of its own over a cold block).
 // Pass `pass` of `passes` prefetches every passes-th 1 KB block of the next weight block into L2, so the weight
-// stream from memory overlaps all passes' arithmetic instead of stalling the first.
+// stream from memory overlaps all passes' arithmetic instead of stalling the first. Groups of under 8 rows keep
+// 8 / R sums per row over alternate k groups, so their multiply-adds overlap instead of waiting on each other.
 template <int R, bool WITH_OFFSET>
 void multiply_group_vnni(const int8_t* rows, const int8_t* b, int64_t k_blocks, int pass, int passes,
-                         __m512i& offset, int32_t* sums) {
-  constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte row
-  constexpr int CHAINS = R >= 8 ? 1 : 8 / R;  // sums per row, over alternate k groups: a short group's adds overlap
+                         __m512i& offset_out, int32_t* sums) {
+  constexpr uint64_t GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte row
+  constexpr int CHAINS = R >= 8 ? 1 : 8 / R;
   const __m512i offset_codes = _mm512_set1_epi8(static_cast<char>(0x80));
   const int8_t* next = b + k_blocks * TILE_BYTES;  // the next 16 columns' block: contiguous, this thread's next task
-  __m512i acc[R][CHAINS];
+  __m512i offset = offset_out, acc[R][CHAINS];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CHAINS; ++c) acc[r][c] = _mm512_setzero_si512();
-  for (int64_t kb = 0; kb < k_blocks; ++kb) {
-    const int8_t* w = b + kb * TILE_BYTES;
-    const int8_t* x = rows + kb * TILE_BYTES;
-    if (kb % passes == pass)
+  // k blocks in runs of `passes`, this pass prefetching one of each run's. The multiply-adds' loop must sit inside an
+  // outer loop: alone (or unrolled over a block's 16 k groups), GCC 12 kept each sum in two registers and copied it
+  // to and fro around every VPDPBUSD, two moves per multiply-add.
+  for (int64_t kb0 = 0; kb0 < k_blocks; kb0 += passes) {
+    const int64_t kb_end = std::min<int64_t>(k_blocks, kb0 + passes);
+    if (kb0 + pass < kb_end)
       for (int line = 0; line < TILE_BYTES; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + kb * TILE_BYTES + line), _MM_HINT_T1);
-    for (int g0 = 0; g0 < GROUPS; g0 += CHAINS)
+        _mm_prefetch(reinterpret_cast<const char*>(next + (kb0 + pass) * TILE_BYTES + line), _MM_HINT_T1);
+    for (uint64_t g0 = kb0 * GROUPS; g0 < kb_end * GROUPS; g0 += CHAINS)
       for (int c = 0; c < CHAINS; ++c) {
-        const int g = g0 + c;
-        const __m512i columns = _mm512_loadu_si512(w + g * 64);
+        const uint64_t g = g0 + c;  // k group g % GROUPS of k block g / GROUPS
+        const __m512i columns = _mm512_loadu_si512(b + g * 64);
         if constexpr (WITH_OFFSET) offset = _mm512_dpbusd_epi32(offset, offset_codes, columns);
+        const int8_t* x = rows + (g / GROUPS) * TILE_BYTES + (g % GROUPS) * 4;
         for (int r = 0; r < R; ++r) {
           int32_t codes;
-          std::memcpy(&codes, x + r * TILE_K + g * 4, sizeof codes);
+          std::memcpy(&codes, x + r * TILE_K, sizeof codes);
           acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], _mm512_set1_epi32(codes), columns);
         }
       }
@@ -163,6 +167,7 @@ void multiply_group_vnni(const int8_t* rows, const int8_t* b, int64_t k_blocks, 
     for (int c = 1; c < CHAINS; ++c) sum = _mm512_add_epi32(sum, acc[r][c]);
     _mm512_store_si512(sums + r * TILE_N, _mm512_sub_epi32(sum, offset));
   }
+  offset_out = offset;
 }
 
 template <bool WITH_OFFSET>
