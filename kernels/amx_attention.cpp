@@ -149,22 +149,33 @@ enum class Unit { kAmx, kAvx512 };
 
 // c[row][0..15] = sum over the 16 pair rows of B (16 columns each) of a[row] pairs . B, for R rows of a (bf16,
 // `lda` apart, 16 pairs each), added over `blocks` (a, b) blocks `a_step` / 512 pairs apart: what TDPBF16PS does on
-// a tile, on AVX512-BF16, with the R rows' sums in registers.
+// a tile, on AVX512-BF16, with the R rows' sums in registers. Under 8 rows, each row keeps 8 / R sums over
+// alternate pairs, added at the end, so the multiply-adds of a short group overlap instead of waiting on each other.
 template <int R>
 void dot_rows_avx512(const bf16* a, int64_t lda, int64_t a_step, const bf16* b, int64_t b_step, int64_t blocks,
                      __m512 (&c)[16]) {
-  for (int row = 0; row < R; ++row) c[row] = _mm512_setzero_ps();
+  constexpr int CHAINS = R >= 8 ? 1 : 8 / R;
+  __m512 sums[R][CHAINS];
+  for (int row = 0; row < R; ++row)
+    for (int chain = 0; chain < CHAINS; ++chain) sums[row][chain] = _mm512_setzero_ps();
   for (int64_t block = 0; block < blocks; ++block) {
     const bf16* a_block = a + block * a_step;
     const auto* b_block = reinterpret_cast<const uint32_t*>(b + block * b_step);
-    for (int pair = 0; pair < 16; ++pair) {
-      const auto columns = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_block + pair * 16));
-      for (int row = 0; row < R; ++row) {
-        uint32_t values;
-        std::memcpy(&values, a_block + row * lda + 2 * pair, sizeof values);
-        c[row] = _mm512_dpbf16_ps(c[row], reinterpret_cast<__m512bh>(_mm512_set1_epi32(values)), columns);
+    for (int pair0 = 0; pair0 < 16; pair0 += CHAINS)
+      for (int chain = 0; chain < CHAINS; ++chain) {
+        const int pair = pair0 + chain;
+        const auto columns = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_block + pair * 16));
+        for (int row = 0; row < R; ++row) {
+          uint32_t values;
+          std::memcpy(&values, a_block + row * lda + 2 * pair, sizeof values);
+          sums[row][chain] =
+              _mm512_dpbf16_ps(sums[row][chain], reinterpret_cast<__m512bh>(_mm512_set1_epi32(values)), columns);
+        }
       }
-    }
+  }
+  for (int row = 0; row < R; ++row) {
+    c[row] = sums[row][0];
+    for (int chain = 1; chain < CHAINS; ++chain) c[row] = _mm512_add_ps(c[row], sums[row][chain]);
   }
 }
 
