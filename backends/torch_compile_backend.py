@@ -19,6 +19,7 @@ from vlabench.backends.torch_backend import TorchBackend, parameters_target, tor
 from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
+from vlabench.kernels.expert_fusion import ExpertKVHoister
 from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
 from vlabench.models.replicas import Observation, PrefixCache
 from vlabench.models.specs import ModelSpec
@@ -108,9 +109,11 @@ class CompiledPolicy(PreparedPolicy):
         sampler: ActionLoop,
         inductor: dict[str, Any] | None = None,
         quantization: dict[str, Any] | None = None,
+        hoister: ExpertKVHoister | None = None,
     ) -> None:
         self.model = model
         self.quantization = quantization or {}
+        self.hoister = hoister  # --fuse-expert-kv: the cross layers' prefix K/V projected once, after the prefill
         self.inductor = dict(CPU_INFERENCE if device.type == "cpu" else {}) if inductor is None else inductor
         self.device = device
         self.mode = mode
@@ -137,6 +140,11 @@ class CompiledPolicy(PreparedPolicy):
 
     @torch.inference_mode()
     def prefill(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
+        """With expert-K/V fusion the cache leaves the prefix phase with the cross layers' prefix work done."""
+        cache = self._prefill_unfused(obs, image_tokens)
+        return self.hoister(cache) if self.hoister is not None else cache
+
+    def _prefill_unfused(self, obs: Observation, image_tokens: Tensor) -> PrefixCache:
         cache = self._prefill(obs, image_tokens)
         return _copy_cache(cache) if self._copy_outputs else cache
 
@@ -149,6 +157,17 @@ class CompiledPolicy(PreparedPolicy):
         if self._decode is None:
             raise NotImplementedError(f"{self.model.spec.name} does not decode tokens")
         return self._decode(token, cache)
+
+    def prefix_lane(self) -> Callable[[Observation], PrefixCache]:
+        if self.hoister is None:
+            return self.prefix
+        hoister = ExpertKVHoister(self.model, self.hoister.suffix_tokens, joint_buffers=False)
+
+        @torch.inference_mode()
+        def prefix(obs: Observation) -> PrefixCache:
+            return hoister(self._prefill_unfused(obs, self.embed_images(obs)))
+
+        return prefix
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -219,6 +238,7 @@ class CompiledPolicy(PreparedPolicy):
             "compile_s": dict(self.compile_s),
             "compile_total_s": round(sum(self.compile_s.values()), 3),
             "fused_denoise_loop": self.fused is not None,
+            "fuse_expert_kv": self.hoister is not None,
             **self.quantization,
         }
         if self.fused is not None:
@@ -228,6 +248,7 @@ class CompiledPolicy(PreparedPolicy):
 
 class TorchCompileBackend(Backend):
     captures_graphs = True
+    fuses_expert_kv = True
     int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
     name = "torch-compile"
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU (inductor C++)", "cuda": "on CUDA (inductor Triton)"}
@@ -238,14 +259,21 @@ class TorchCompileBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchCompileBackend:
-        return cls(options.compile_mode, options.fuse_denoise_loop, options.quant_scheme)
+        return cls(options.compile_mode, options.fuse_denoise_loop, options.quant_scheme, options.fuse_expert_kv)
 
-    def __init__(self, mode: str = "default", fuse_denoise_loop: bool = False, quant_scheme: str | None = None) -> None:
+    def __init__(
+        self,
+        mode: str = "default",
+        fuse_denoise_loop: bool = False,
+        quant_scheme: str | None = None,
+        fuse_expert_kv: bool = False,
+    ) -> None:
         if mode not in COMPILE_MODES:
             raise unknown_name("compile mode", mode, COMPILE_MODES)
         self.mode = mode
         self.fuse_denoise_loop = fuse_denoise_loop
         self.quant_scheme = quant_scheme
+        self.fuse_expert_kv = fuse_expert_kv
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
         """The torch backend's precisions: the quantized replicas compile too (their kernels stay opaque calls)."""
@@ -268,7 +296,8 @@ class TorchCompileBackend(Backend):
             raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
         sampler = make_sampler(spec, workload, device)
         model, quantization = build_torch_replica(spec, seed, precision, device, self.quant_scheme)
-        policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization)
+        hoister = ExpertKVHoister(model, workload.suffix_tokens, joint_buffers=False) if self.fuse_expert_kv else None
+        policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization, hoister=hoister)
         noise = initial_noise(workload, seed, dtype, device)
         cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)
         if self.fuse_denoise_loop:

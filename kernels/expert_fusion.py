@@ -7,6 +7,10 @@
 - The buffers are allocated on the first inference and refilled in place afterwards, so their addresses stay fixed
   (what a captured CUDA graph of the denoising loop needs). Two sets alternate, so V-AEFusion can run stale steps
   on the previous cycle's buffers while the new prefix fills the other set.
+- A compiled denoising step (``torch-compile``) takes only the cross layers' part (``joint_buffers=False``): writing
+  the suffix into a static buffer is a mutation of a graph input there, and measured side by side it made the
+  compiled step slower than no fusion at all (issue 19's notes); the compiled graph concatenates in a fused kernel
+  of its own.
 The arithmetic is the same as the plain path; tests check the actions are equal.
 """
 
@@ -24,9 +28,10 @@ class ExpertKVHoister:
 
     SETS = 2
 
-    def __init__(self, model: FlowMatchingVLA, suffix_tokens: int) -> None:
+    def __init__(self, model: FlowMatchingVLA, suffix_tokens: int, joint_buffers: bool = True) -> None:
         self.model = model
         self.suffix_tokens = suffix_tokens
+        self.joint_buffers = joint_buffers  # False: the joint layers keep concatenating (see the module's notes)
         self._sets: list[ExpertKV | None] = [None] * self.SETS
         self._next = 0
 
@@ -36,7 +41,7 @@ class ExpertKVHoister:
         cross = {
             i: layer.project_prefix(cache.keys[i], cache.values[i]) for i, layer in enumerate(layers) if layer.cross
         }
-        joint = any(not layer.cross for layer in layers)
+        joint = self.joint_buffers and any(not layer.cross for layer in layers)
         slot, self._next = self._next, (self._next + 1) % self.SETS
         buffers = self._sets[slot]
         if buffers is None or not self._fits(buffers, cache):

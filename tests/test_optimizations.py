@@ -86,6 +86,12 @@ def test_expert_kv_fusion_is_bit_exact(name):
         assert torch.equal(
             sampler.sample(fused, fused.prefix(obs), noise), sampler.sample(plain, plain.prefix(obs), noise)
         )
+    # the tiny replicas' attention is near uniform, so the actions alone would not tell keys from values
+    cache, unfused = fused.prefix(obs), plain.prefix(obs)
+    for index, (k, v) in cache.expert_kv.cross.items():
+        expected = plain.model.expert.layers[index].project_prefix(unfused.keys[index], unfused.values[index])
+        assert torch.equal(k, expected[0]) and torch.equal(v, expected[1])
+    assert bool(cache.expert_kv.cross) == (name == "smolvla-tiny")
     assert fused.details()["fuse_expert_kv"] is True
 
 
@@ -155,7 +161,7 @@ def test_a_backend_with_dp_cache_is_gated_against_the_same_schedule(tmp_path):
 def test_optimization_options_are_validated(tmp_path):
     runner = CliRunner()
     wrong = runner.invoke(app, ["run", "--backend", "onnxruntime", "--fuse-expert-kv", "--out", str(tmp_path)])
-    assert wrong.exit_code == 2 and "applies to the torch backend" in wrong.output
+    assert wrong.exit_code == 2 and "applies to the torch, torch-compile backends" in wrong.output
     bad = runner.invoke(app, ["run", "--model", "smolvla-tiny", "--dp-cache", "{2,3}", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "step 0" in bad.output
     both = runner.invoke(app, ["run", "--backend", "torch-compile", "--dp-cache", "{0,5}", "--fuse-denoise-loop"])

@@ -61,6 +61,36 @@ def test_compiled_fp32_matches_eager_and_compiles_in_prepare(name):
         sample(policy, spec, workload, cpu)
 
 
+@pytest.mark.parametrize("name", ["smolvla-tiny", "pi0-tiny", "pi05-tiny"])
+def test_fused_expert_kv_projects_the_cross_layers_prefix_once_and_keeps_the_actions(name):
+    """--fuse-expert-kv on torch-compile: the cross layers' prefix K/V projected after the prefill (SmolVLA; pi0 and
+    pi05 have none), the joint layers left to the graph; eager's unfused actions, no recompiling after prepare, and
+    a prefix lane with buffers of its own."""
+    spec = load_model_spec(name)
+    workload = Workload.from_spec(spec)
+    cpu = torch.device("cpu")
+    fused = TorchCompileBackend.from_options(BackendOptions(fuse_expert_kv=True)).prepare(
+        spec, workload, cpu, "fp32", 0
+    )
+    eager = TorchBackend().prepare(spec, workload, cpu, "fp32", 0)  # unfused
+    assert fused.details()["fuse_expert_kv"] is True and eager.details()["fuse_expert_kv"] is False
+    obs = synthetic_observation(spec, workload, 1, torch.float32, cpu)
+    unfused = eager.prefix(obs)
+    caches = [fused.prefix(obs), fused.prefix(obs)]  # both of the hoister's static sets
+    cross_layers = [i for i, layer in enumerate(fused.model.expert.layers) if layer.cross]
+    assert sorted(caches[0].expert_kv.cross) == cross_layers and (name == "smolvla-tiny") == bool(cross_layers)
+    assert caches[0].expert_kv.joint_keys is None and caches[0].expert_kv.joint_values is None
+    lane = fused.prefix_lane()(obs)
+    for index, (k, v) in lane.expert_kv.cross.items():  # what the unfused layer projects from the prefix cache
+        expected = eager.model.expert.layers[index].project_prefix(unfused.keys[index], unfused.values[index])
+        torch.testing.assert_close((k, v), expected, rtol=1e-4, atol=1e-5)
+        assert k.data_ptr() not in {cache.expert_kv.cross[index][0].data_ptr() for cache in caches}
+    for seed in range(2):  # the hoister's two static sets alternate across inferences
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            actions = sample(fused, spec, workload, cpu, seed)
+        assert_matches(actions, sample(eager, spec, workload, cpu, seed))
+
+
 def test_unknown_compile_mode_is_an_input_error_listing_the_modes():
     with pytest.raises(InputError) as raised:
         TorchCompileBackend.from_options(BackendOptions(compile_mode="fastest"))

@@ -159,7 +159,10 @@ DpCacheFlag = Annotated[
     OptimizationOption(help="DP-Cache: computed steps {0,1,2,6,8,9}, segment:A-B/S, or a `calibrate dp-cache` file."),
 ]
 FuseExpertKvFlag = Annotated[
-    bool, OptimizationOption("--fuse-expert-kv", help="torch: compute the expert's prefix K/V work once per inference.")
+    bool,
+    OptimizationOption(
+        "--fuse-expert-kv", help="torch, torch-compile: compute the expert's prefix K/V work once per inference."
+    ),
 ]
 
 # What one run measures, in the order `profile` and `loop` list them first.

@@ -44,7 +44,8 @@ def check_workload(spec: ModelSpec, workload: Workload) -> None:
 def check_optimizations(config: RunConfig, backend: Backend, schedule: DPCacheSchedule | None, spec: ModelSpec) -> None:
     if config.fuse_expert_kv and not backend.fuses_expert_kv:
         fusing = ", ".join(name for name, cls in BACKENDS.items() if cls.fuses_expert_kv)
-        raise InputError(f"--fuse-expert-kv applies to the {fusing} backend, not '{backend.name}'")
+        noun = "backends" if "," in fusing else "backend"
+        raise InputError(f"--fuse-expert-kv applies to the {fusing} {noun}, not '{backend.name}'")
     if config.fuse_expert_kv and not isinstance(spec, FlowVLASpec):
         raise InputError(f"--fuse-expert-kv applies to the flow-matching VLAs (smolvla, pi0, pi05), not {spec.name}")
     if schedule is not None and spec.sampler not in ("euler", "ddpm", "ddim"):
