@@ -2,17 +2,19 @@
 the action expert's share of its roofline floor, and each variant's action error against the fp32 reference.
 
     python benchmarks/backends.py [--model smolvla] [--cameras 3] [--steps 10] [--threads 2]
-                                  [--variants torch:fp32 torch:bf16 ...] [--min-iterations 5] [--min-duration 20]
-                                  [--out results/benchmarks] [--json-out FILE]
+                                  [--variants torch:fp32 torch:bf16 torch-compile:int8+fuse-expert-kv ...]
+                                  [--min-iterations 5] [--min-duration 20] [--out results/benchmarks] [--json-out FILE]
 
 The variants are every (backend, precision) a backend declares on the CPU (torch eager, torch-compile with
 Inductor's CPU inference settings, ONNX Runtime, OpenVINO; fp32, bf16, fp16, int8, int4 as each supports them); one
 the CPU does not run natively (bf16 without AVX512-BF16/AMX, int8 without VNNI/AMX) or a backend unavailable here is
-listed as skipped with the reason. The variants run interleaved in one child process when they fit in memory
-together, else in groups that do, each led by eager torch fp32 (a speed-up is always over the eager fp32 timed in
-the same process, interleaved with it); a variant that crashes is named and the others are still reported. GEMM peak
-(per precision) and memory bandwidth are measured once, first, and every variant's roofline floor rests on them (this
-host's bandwidth drifts: a reading per variant gave floors up to 2x apart on the same weights). Targets checked
+listed as skipped with the reason. A requested variant may add lossless options (``+fuse-expert-kv``,
+``VARIANT_OPTIONS``), its expert floor then counting only the work left in a step. The variants run interleaved in
+one child process when they fit in memory together, else in groups that do, each led by eager torch fp32 (a
+speed-up is always over the eager fp32 timed in the same process, interleaved with it); a variant that crashes is
+named and the others are still reported. GEMM peak (per precision) and memory bandwidth are measured once, first,
+and every variant's roofline floor rests on them (this host's bandwidth drifts: a reading per variant gave floors up
+to 2x apart on the same weights). Targets checked
 (issue 19): on a CPU with AMX the best variant within the gate >= 4.5x eager fp32 end to end and the action expert
 at >= 60% of its roofline floor; on a CPU without native bf16, >= 2x through int8. Wrap with
 ``benchmarks/capture.py`` (``--json-out``) for a committed artifact with its provenance sidecar.
@@ -48,6 +50,8 @@ console = Console(width=180)
 CPU = torch.device("cpu")
 CPU_BACKENDS = ("torch", "torch-compile", "onnxruntime", "openvino", "tensorrt")
 BASELINE = ("torch", "fp32")  # eager torch fp32: every speed-up is over it
+VARIANT_OPTIONS = {"fuse-expert-kv": "fuse_expert_kv"}
+"""``+option`` suffixes a variant may carry -> the run setting each turns on (lossless: the gate still applies)."""
 PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
 FLAGS_SHOWN = sorted({"avx2", "avx512f", "amx_tile", *(flag for flags in CPU_FLAGS.values() for flag in flags)})
 TARGETS = {"amx": (4.5, 0.60), "no-native-bf16": (2.0, None)}
@@ -62,20 +66,42 @@ def cpu_class(flags: set[str]) -> str:
 
 
 def variant_name(text: str) -> str:
-    """A ``--variants`` entry, ``backend:precision``; anything else is a usage error naming the valid parts."""
-    name, _, precision = text.partition(":")
+    """A ``--variants`` entry, ``backend:precision`` with optional ``+option`` suffixes; anything else is a usage
+    error naming the valid parts."""
+    pair, *options = text.split("+")
+    name, _, precision = pair.partition(":")
     if name not in CPU_BACKENDS or precision not in Precision.NAMES:
         raise argparse.ArgumentTypeError(
             f"'{text}' is not backend:precision with a backend among {', '.join(CPU_BACKENDS)} and a precision "
             f"among {', '.join(Precision.NAMES)}"
         )
+    unknown = [option for option in options if option not in VARIANT_OPTIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"'{text}': no variant option '{unknown[0]}' (the options are +{', +'.join(VARIANT_OPTIONS)})"
+        )
     return text
 
 
-def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[str]]:
-    """(backend, precision) pairs to run on the CPU, and the skipped ones with why (a requested pair the backend
-    does not offer here among them)."""
+def variant_label(backend: str, precision: str, options: tuple[str, ...] = ()) -> str:
+    """How a variant is named in the table and the artifact: "torch-compile int8 +fuse-expert-kv"."""
+    return " ".join([backend, precision, *(f"+{option}" for option in options)])
+
+
+def result_options(result: RunResult) -> tuple[str, ...]:
+    """The ``VARIANT_OPTIONS`` a run had on."""
+    optimization = result.optimization
+    return tuple(option for option, field in VARIANT_OPTIONS.items() if optimization and getattr(optimization, field))
+
+
+def variants(requested: list[str] | None) -> tuple[list[tuple[str, str, tuple[str, ...]]], list[str]]:
+    """(backend, precision, options) to run on the CPU, and the skipped ones with why (a requested pair the backend
+    does not offer here among them). A pair requested with options runs once per entry naming it."""
     chosen, skipped = [], []
+    wanted: dict[str, list[tuple[str, ...]]] = {}
+    for entry in requested or []:
+        pair, *options = entry.split("+")
+        wanted.setdefault(pair, []).append(tuple(options))
     for name in CPU_BACKENDS:
         backend = BACKENDS[name]()
         reason = backend.unavailable_reason(CPU)
@@ -85,15 +111,15 @@ def variants(requested: list[str] | None) -> tuple[list[tuple[str, str]], list[s
             skipped.append(f"{name}: {reason}")
             continue
         for precision in (p for p in Precision.NAMES if p in backend.precisions(CPU)):
-            if requested and f"{name}:{precision}" not in requested:
+            if requested and f"{name}:{precision}" not in wanted:
                 continue
             why = native_reason(precision, "cpu")
             if why:
                 skipped.append(f"{name} {precision}: {why}")
             else:
-                chosen.append((name, precision))
-    offered = {f"{name}:{precision}" for name, precision in chosen}
-    for pair in requested or []:
+                chosen += [(name, precision, options) for options in wanted.get(f"{name}:{precision}", [()])]
+    offered = {f"{name}:{precision}" for name, precision, _ in chosen}
+    for pair in wanted:
         name, _, precision = pair.partition(":")
         if pair not in offered and not any(s.startswith((f"{name}:", f"{name} {precision}:")) for s in skipped):
             skipped.append(f"{name} {precision}: the backend does not offer it on this CPU")
@@ -139,7 +165,7 @@ def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[
         try:
             plans.append(plan_run(config))
         except VlabenchError as exc:
-            skipped.append(f"{config.backend} {config.precision}: {exc}")
+            skipped.append(f"{config_label(config)}: {exc}")
     groups = fitting_groups(plans) if plans else []
     if len(groups) > 1:
         console.print(
@@ -154,6 +180,11 @@ def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[
     return results, skipped, crashed
 
 
+def config_label(config: RunConfig) -> str:
+    options = tuple(option for option, field in VARIANT_OPTIONS.items() if getattr(config, field))
+    return variant_label(config.backend, config.precision, options)
+
+
 def step_roofline(
     spec: ModelSpec,
     workload: Workload,
@@ -161,13 +192,17 @@ def step_roofline(
     step_ms: float,
     measured: list[MeasuredCeiling],
     top_operators: int = 12,
+    hoisted: bool = False,
 ) -> RooflineReport:
     """One denoising step of ``step_ms`` against the ceilings ``measured`` once for a whole benchmark, only those
-    (never the profile's datasheet figures): without them, no floor and no share."""
+    (never the profile's datasheet figures): without them, no floor and no share. ``hoisted``: the step runs with
+    ``+fuse-expert-kv``, so its floor leaves out the prefix K/V projections done once in the prefill."""
     profile = resolve_device("cpu").profile
     ceilings = [c for c in ceilings_for(profile, precision, measured) if c.source == "measured"]
     phases = {"denoise_step": step_ms}
-    return analyze(spec, workload, precision, profile.name, ceilings, phases, top_operators=top_operators)
+    return analyze(
+        spec, workload, precision, profile.name, ceilings, phases, top_operators=top_operators, hoisted=hoisted
+    )
 
 
 def expert_share(result: RunResult, measured: list[MeasuredCeiling]) -> float | None:
@@ -177,7 +212,8 @@ def expert_share(result: RunResult, measured: list[MeasuredCeiling]) -> float | 
     if step is None:
         return None
     spec = load_model_spec(result.model.name)
-    report = step_roofline(spec, result.workload, result.precision, step.p50, measured)
+    hoisted = "fuse-expert-kv" in result_options(result)
+    report = step_roofline(spec, result.workload, result.precision, step.p50, measured, hoisted=hoisted)
     phase = next((p for p in report.phases if p.phase == "denoise_step"), None)
     return phase.share_of_attainable if phase else None
 
@@ -189,7 +225,7 @@ def beats_its_floor(share: float | None) -> bool:
 
 
 def is_baseline(result: RunResult) -> bool:
-    return (result.backend, result.precision) == BASELINE
+    return (result.backend, result.precision) == BASELINE and not result_options(result)
 
 
 def rows(groups: list[list[RunResult]], measured: list[MeasuredCeiling]) -> list[dict]:
@@ -210,9 +246,10 @@ def rows(groups: list[list[RunResult]], measured: list[MeasuredCeiling]) -> list
 def record(r: RunResult, base: float | None, measured: list[MeasuredCeiling]) -> dict:
     e2e = r.timing.phases["e2e"].p50
     return {
-        "variant": f"{r.backend} {r.precision}",
+        "variant": variant_label(r.backend, r.precision, result_options(r)),
         "backend": r.backend,
         "precision": r.precision,
+        "options": list(result_options(r)),
         "p50_ms": {phase: r.timing.phases[phase].p50 for phase in PHASES if phase in r.timing.phases},
         "speedup_vs_torch_fp32": base / e2e if base else None,
         "expert_share_of_floor": expert_share(r, measured),
@@ -278,7 +315,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--variants", nargs="+", type=variant_name, default=None, help="backend:precision pairs (default: all)"
+        "--variants",
+        nargs="+",
+        type=variant_name,
+        default=None,
+        help="backend:precision pairs, each with optional +option suffixes (default: all pairs, no options)",
     )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--min-iterations", type=int, default=5)
@@ -305,13 +346,18 @@ def main() -> None:
         out=args.out,
     )
     check_paths(base)
-    pairs = [BASELINE, *(pair for pair in chosen if pair != BASELINE)]  # the baseline first: it leads every group
+    pairs = [(*BASELINE, ()), *(v for v in chosen if v != (*BASELINE, ()))]  # the baseline first: it leads each group
     torch.set_num_threads(args.threads)
-    measured = [] if args.no_ceilings else measure_ceilings(CPU, tuple(dict.fromkeys(p for _, p in pairs)))
+    measured = [] if args.no_ceilings else measure_ceilings(CPU, tuple(dict.fromkeys(p for _, p, _ in pairs)))
     bandwidth = next((c for c in measured if c.quantity == "memory_bandwidth"), None)
     if bandwidth:
         console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
-    configs = [base.model_copy(update={"backend": name, "precision": precision}) for name, precision in pairs]
+    configs = [
+        base.model_copy(
+            update={"backend": name, "precision": precision, **{VARIANT_OPTIONS[option]: True for option in options}}
+        )
+        for name, precision, options in pairs
+    ]
     groups, refused, crashed = run_variants(configs)
     skipped += refused
     results = [result for group in groups for result in group]
@@ -342,7 +388,7 @@ def main() -> None:
             "variants": records,
             "skipped": skipped,
             "crashed": crashed,
-            "groups": [[f"{r.backend} {r.precision}" for r in group] for group in groups],
+            "groups": [[variant_label(r.backend, r.precision, result_options(r)) for r in group] for group in groups],
             "targets": checked,
             "ceilings": [c.model_dump() for c in measured],
             "memory_bandwidth_gbs": bandwidth.value if bandwidth else None,

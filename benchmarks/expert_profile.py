@@ -2,7 +2,7 @@
 roofline operator table (issue 19, section 3).
 
     python benchmarks/expert_profile.py [--model smolvla] [--cameras 3] [--threads 2] [--profiled-steps 20]
-                                        [--variants torch:fp32 torch:bf16 openvino:bf16 openvino:int8 ...]
+                                        [--variants torch:fp32 openvino:int8 torch-compile:int8+fuse-expert-kv ...]
                                         [--json-out FILE]
 
 For each variant the step is first timed without a profiler (p50 over ``--timed-steps``), then profiled with the
@@ -27,7 +27,9 @@ runtime's own profiler: torch's (``torch.profiler``, the outermost aten and vlab
   ``torch-compile`` also dynamo's guard checks and the compiled graph's wrapper between its kernels).
 
 The two floored classes alone, at their measured times, bound the share of the floor the step can reach with the
-runtime's matmul and attention kernels as they are (``floored_ops_ms``).
+runtime's matmul and attention kernels as they are (``floored_ops_ms``). A variant with ``+fuse-expert-kv`` (torch and
+torch-compile) profiles the step on a cache that already holds the prefix K/V projections, and its floor leaves them
+out (``backends.VARIANT_OPTIONS``).
 
 The floors use ceilings measured once, at the start of the run, for every variant: the GEMM peak at each precision
 profiled and one memory bandwidth (``kernels.ceilings``; this host's bandwidth drifts, and floors measured at
@@ -58,7 +60,7 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends import FLAGS_SHOWN, cpu_class, step_roofline, variant_name
+from backends import FLAGS_SHOWN, VARIANT_OPTIONS, cpu_class, step_roofline, variant_label, variant_name
 
 console = Console(width=160)
 CPU = torch.device("cpu")
@@ -114,8 +116,12 @@ INDUCTOR_KERNEL = "cpp_fused"  # in the names of Inductor's generated C++ kernel
 def profiled_variant(text: str) -> str:
     """A ``--variants`` entry whose backend this script can profile (its classes come from that profiler)."""
     text = variant_name(text)
-    if text.partition(":")[0] not in PROFILERS:
+    name = text.partition(":")[0]
+    if name not in PROFILERS:
         raise argparse.ArgumentTypeError(f"'{text}': only {', '.join(PROFILERS)} are profiled here")
+    if "+fuse-expert-kv" in text and not BACKENDS[name].fuses_expert_kv:
+        fusing = ", ".join(backend for backend in PROFILERS if BACKENDS[backend].fuses_expert_kv)
+        raise argparse.ArgumentTypeError(f"'{text}': +fuse-expert-kv applies to {fusing}")
     return text
 
 
@@ -224,9 +230,12 @@ def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict
     return classes, wall_ms
 
 
-def floors(spec, workload, precision: str, step_ms: float, measured: list[MeasuredCeiling]) -> dict[str, float | None]:
-    """Per class, the roofline floor of one denoising step on the run's measured ceilings (ms)."""
-    report = step_roofline(spec, workload, precision, step_ms, measured, top_operators=10_000)
+def floors(
+    spec, workload, precision: str, step_ms: float, measured: list[MeasuredCeiling], hoisted: bool = False
+) -> dict[str, float | None]:
+    """Per class, the roofline floor of one denoising step on the run's measured ceilings (ms); ``hoisted``: without
+    the prefix K/V projections (``+fuse-expert-kv``)."""
+    report = step_roofline(spec, workload, precision, step_ms, measured, top_operators=10_000, hoisted=hoisted)
     found: dict[str, float | None] = defaultdict(float)
     for op in (o for o in report.operators if o.phase == "denoise_step"):
         kind = FLOOR_CLASS.get(op.name, "weight matmuls")
@@ -236,10 +245,13 @@ def floors(spec, workload, precision: str, step_ms: float, measured: list[Measur
     return dict(found)
 
 
-def profile_variant(name: str, precision: str, args, spec, workload, measured: list[MeasuredCeiling]) -> dict:
+def profile_variant(
+    name: str, precision: str, args, spec, workload, measured: list[MeasuredCeiling], options: tuple[str, ...] = ()
+) -> dict:
     from torch._inductor import config as inductor_config
 
-    backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino"))
+    settings = {VARIANT_OPTIONS[option]: True for option in options}
+    backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino", **settings))
     with inductor_config.patch({"cpp.enable_kernel_profile": name == "torch-compile"}):
         policy = backend.prepare(spec, workload, CPU, precision, args.seed)
     x_t, t, cache = step_inputs(policy, spec, workload, precision, args.seed)
@@ -251,10 +263,10 @@ def profile_variant(name: str, precision: str, args, spec, workload, measured: l
         classes, wall = profile_torch(policy, x_t, t, cache, args.profiled_steps)
     per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}
     per_step["outside the ops"] = max(wall / args.profiled_steps - sum(per_step.values()), 0.0)
-    floor = floors(spec, workload, precision, step_ms, measured)
+    floor = floors(spec, workload, precision, step_ms, measured, hoisted="fuse-expert-kv" in options)
     floored_ms = sum(per_step.get(kind, 0.0) for kind in FLOORED)
     return {
-        "variant": f"{name} {precision}",
+        "variant": variant_label(name, precision, options),
         "step_p50_ms": step_ms,
         "profiled_step_ms": wall / args.profiled_steps,
         "step_floor_ms": floor.get("step"),
@@ -311,13 +323,14 @@ def main() -> None:
     console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spec = load_model_spec(args.model)
     workload = Workload.from_spec(spec, args.cameras)
-    measured = measure_ceilings(CPU, tuple(dict.fromkeys(v.split(":")[1] for v in args.variants)))
+    measured = measure_ceilings(CPU, tuple(dict.fromkeys(v.split("+")[0].split(":")[1] for v in args.variants)))
     bandwidth = next(c for c in measured if c.quantity == "memory_bandwidth")
     console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     records = []
     for variant in args.variants:
-        name, precision = variant.split(":")
-        records.append(profile_variant(name, precision, args, spec, workload, measured))
+        pair, *options = variant.split("+")
+        name, precision = pair.split(":")
+        records.append(profile_variant(name, precision, args, spec, workload, measured, tuple(options)))
     show(records)
     console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json_out:

@@ -219,6 +219,44 @@ def test_a_malformed_variant_is_a_usage_error_naming_the_valid_parts(text):
         backends.variant_name(text)
 
 
+def test_a_variant_option_is_checked_named_and_run_beside_the_plain_pair():
+    assert backends.variant_name("torch-compile:int8+fuse-expert-kv") == "torch-compile:int8+fuse-expert-kv"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"no variant option 'turbo' \(the options are \+fuse-expert"):
+        backends.variant_name("torch:fp32+turbo")
+    chosen, _ = backends.variants(["torch:fp32", "torch:fp32+fuse-expert-kv"])
+    assert chosen == [("torch", "fp32", ()), ("torch", "fp32", ("fuse-expert-kv",))]
+    assert backends.variant_label("torch", "fp32", ("fuse-expert-kv",)) == "torch fp32 +fuse-expert-kv"
+    assert expert_profile.profiled_variant("torch-compile:int8+fuse-expert-kv")
+    with pytest.raises(argparse.ArgumentTypeError, match="applies to torch, torch-compile"):
+        expert_profile.profiled_variant("openvino:int8+fuse-expert-kv")
+
+
+def test_a_fused_variant_is_labelled_and_its_floor_leaves_out_the_hoisted_projections():
+    """A run with +fuse-expert-kv is its own variant (never the baseline), and its step's floor is the hoisted one:
+    below the plain step's, as the prefix K/V projections moved to the prefill."""
+    from vlabench.commands.run import execute_many, plan_run
+    from vlabench.config import RunConfig
+
+    config = RunConfig(model="smolvla-tiny", min_iterations=2, min_duration_s=0, energy_meter="none")
+    result = execute_many([plan_run(config.model_copy(update={"fuse_expert_kv": True}))])[0]
+    fused = backends.record(result, result.timing.phases["e2e"].p50, ceilings(1.0))
+    assert fused["variant"] == "torch fp32 +fuse-expert-kv" and fused["options"] == ["fuse-expert-kv"]
+    assert not backends.is_baseline(result)
+    spec, step = load_model_spec("smolvla-tiny"), result.timing.phases["denoise_step"].p50
+    plain = backends.step_roofline(spec, result.workload, "fp32", step, ceilings(1.0)).phases
+    plain_share = next(p for p in plain if p.phase == "denoise_step").share_of_attainable
+    assert 0 < fused["expert_share_of_floor"] < plain_share
+    torch.set_num_threads(1)
+    args = argparse.Namespace(seed=0, timed_steps=2, profiled_steps=1)
+    profiled = [
+        expert_profile.profile_variant("torch", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0), options)
+        for options in ((), ("fuse-expert-kv",))
+    ]
+    assert [found["variant"] for found in profiled] == ["torch fp32", "torch fp32 +fuse-expert-kv"]
+    floors = [found["classes"]["weight matmuls"]["floor_ms"] for found in profiled]
+    assert 0 < floors[1] < floors[0]
+
+
 def test_the_expert_profile_takes_only_the_backends_whose_profiler_it_reads():
     assert expert_profile.profiled_variant("openvino:int8") == "openvino:int8"
     with pytest.raises(argparse.ArgumentTypeError, match="only torch, torch-compile, openvino"):
@@ -227,7 +265,7 @@ def test_the_expert_profile_takes_only_the_backends_whose_profiler_it_reads():
 
 def test_a_requested_variant_the_backend_does_not_offer_is_listed_as_skipped():
     chosen, skipped = backends.variants(["torch:fp32", "onnxruntime:bf16"])
-    assert chosen == [("torch", "fp32")]
+    assert chosen == [("torch", "fp32", ())]
     assert any(reason.startswith("onnxruntime bf16:") for reason in skipped)
 
 
