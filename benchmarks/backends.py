@@ -65,9 +65,9 @@ def cpu_class(flags: set[str]) -> str:
     return "avx512-bf16" if "avx512_bf16" in flags else "no-native-bf16"
 
 
-def variant_name(text: str) -> str:
-    """A ``--variants`` entry, ``backend:precision`` with optional ``+option`` suffixes; anything else is a usage
-    error naming the valid parts."""
+def parse_variant(text: str) -> tuple[str, str, tuple[str, ...]]:
+    """A ``--variants`` entry, ``backend:precision`` with optional ``+option`` suffixes, as (backend, precision,
+    options); anything else is a usage error naming the valid parts."""
     pair, *options = text.split("+")
     name, _, precision = pair.partition(":")
     if name not in CPU_BACKENDS or precision not in Precision.NAMES:
@@ -80,7 +80,23 @@ def variant_name(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"'{text}': no variant option '{unknown[0]}' (the options are +{', +'.join(VARIANT_OPTIONS)})"
         )
+    return name, precision, tuple(options)
+
+
+def variant_name(text: str) -> str:
+    """A valid ``--variants`` entry as given (``parse_variant`` checks it), for argparse."""
+    parse_variant(text)
     return text
+
+
+def option_settings(options: tuple[str, ...]) -> dict[str, bool]:
+    """The run settings that ``options`` (``VARIANT_OPTIONS`` names) turn on."""
+    return {VARIANT_OPTIONS[option]: True for option in options}
+
+
+def enabled_options(settings: object | None) -> tuple[str, ...]:
+    """The ``VARIANT_OPTIONS`` turned on in ``settings`` (a run's config or its result's optimization block)."""
+    return tuple(option for option, field in VARIANT_OPTIONS.items() if settings and getattr(settings, field))
 
 
 def variant_label(backend: str, precision: str, options: tuple[str, ...] = ()) -> str:
@@ -90,8 +106,7 @@ def variant_label(backend: str, precision: str, options: tuple[str, ...] = ()) -
 
 def result_options(result: RunResult) -> tuple[str, ...]:
     """The ``VARIANT_OPTIONS`` a run had on."""
-    optimization = result.optimization
-    return tuple(option for option, field in VARIANT_OPTIONS.items() if optimization and getattr(optimization, field))
+    return enabled_options(result.optimization)
 
 
 def variants(requested: list[str] | None) -> tuple[list[tuple[str, str, tuple[str, ...]]], list[str]]:
@@ -100,8 +115,8 @@ def variants(requested: list[str] | None) -> tuple[list[tuple[str, str, tuple[st
     chosen, skipped = [], []
     wanted: dict[str, list[tuple[str, ...]]] = {}
     for entry in requested or []:
-        pair, *options = entry.split("+")
-        wanted.setdefault(pair, []).append(tuple(options))
+        name, precision, options = parse_variant(entry)
+        wanted.setdefault(f"{name}:{precision}", []).append(options)
     for name in CPU_BACKENDS:
         backend = BACKENDS[name]()
         reason = backend.unavailable_reason(CPU)
@@ -181,8 +196,7 @@ def run_variants(configs: list[RunConfig]) -> tuple[list[list[RunResult]], list[
 
 
 def config_label(config: RunConfig) -> str:
-    options = tuple(option for option, field in VARIANT_OPTIONS.items() if getattr(config, field))
-    return variant_label(config.backend, config.precision, options)
+    return variant_label(config.backend, config.precision, enabled_options(config))
 
 
 def step_roofline(
@@ -353,9 +367,7 @@ def main() -> None:
     if bandwidth:
         console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     configs = [
-        base.model_copy(
-            update={"backend": name, "precision": precision, **{VARIANT_OPTIONS[option]: True for option in options}}
-        )
+        base.model_copy(update={"backend": name, "precision": precision, **option_settings(options)})
         for name, precision, options in pairs
     ]
     groups, refused, crashed = run_variants(configs)

@@ -60,7 +60,7 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.vocab import Precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends import FLAGS_SHOWN, VARIANT_OPTIONS, cpu_class, step_roofline, variant_label, variant_name
+from backends import FLAGS_SHOWN, cpu_class, option_settings, parse_variant, step_roofline, variant_label
 
 console = Console(width=160)
 CPU = torch.device("cpu")
@@ -115,11 +115,10 @@ INDUCTOR_KERNEL = "cpp_fused"  # in the names of Inductor's generated C++ kernel
 
 def profiled_variant(text: str) -> str:
     """A ``--variants`` entry whose backend this script can profile (its classes come from that profiler)."""
-    text = variant_name(text)
-    name = text.partition(":")[0]
+    name, _, options = parse_variant(text)
     if name not in PROFILERS:
         raise argparse.ArgumentTypeError(f"'{text}': only {', '.join(PROFILERS)} are profiled here")
-    if "+fuse-expert-kv" in text and not BACKENDS[name].fuses_expert_kv:
+    if "fuse-expert-kv" in options and not BACKENDS[name].fuses_expert_kv:
         fusing = ", ".join(backend for backend in PROFILERS if BACKENDS[backend].fuses_expert_kv)
         raise argparse.ArgumentTypeError(f"'{text}': +fuse-expert-kv applies to {fusing}")
     return text
@@ -250,7 +249,7 @@ def profile_variant(
 ) -> dict:
     from torch._inductor import config as inductor_config
 
-    settings = {VARIANT_OPTIONS[option]: True for option in options}
+    settings = option_settings(options)
     backend = BACKENDS[name].from_options(BackendOptions(profile_nodes=name == "openvino", **settings))
     with inductor_config.patch({"cpp.enable_kernel_profile": name == "torch-compile"}):
         policy = backend.prepare(spec, workload, CPU, precision, args.seed)
@@ -323,14 +322,13 @@ def main() -> None:
     console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spec = load_model_spec(args.model)
     workload = Workload.from_spec(spec, args.cameras)
-    measured = measure_ceilings(CPU, tuple(dict.fromkeys(v.split("+")[0].split(":")[1] for v in args.variants)))
+    parsed = [parse_variant(variant) for variant in args.variants]
+    measured = measure_ceilings(CPU, tuple(dict.fromkeys(precision for _, precision, _ in parsed)))
     bandwidth = next(c for c in measured if c.quantity == "memory_bandwidth")
     console.print(f"memory bandwidth (every variant's floor): {bandwidth.value:.1f} GB/s ({bandwidth.detail})")
     records = []
-    for variant in args.variants:
-        pair, *options = variant.split("+")
-        name, precision = pair.split(":")
-        records.append(profile_variant(name, precision, args, spec, workload, measured, tuple(options)))
+    for name, precision, options in parsed:
+        records.append(profile_variant(name, precision, args, spec, workload, measured, options))
     show(records)
     console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json_out:

@@ -221,6 +221,12 @@ def test_a_malformed_variant_is_a_usage_error_naming_the_valid_parts(text):
 
 def test_a_variant_option_is_checked_named_and_run_beside_the_plain_pair():
     assert backends.variant_name("torch-compile:int8+fuse-expert-kv") == "torch-compile:int8+fuse-expert-kv"
+    parsed = backends.parse_variant("torch-compile:int8+fuse-expert-kv")
+    assert parsed == ("torch-compile", "int8", ("fuse-expert-kv",))
+    assert backends.option_settings(parsed[2]) == {"fuse_expert_kv": True}
+    assert backends.enabled_options(argparse.Namespace(fuse_expert_kv=True)) == ("fuse-expert-kv",)
+    assert backends.enabled_options(argparse.Namespace(fuse_expert_kv=False)) == ()
+    assert backends.enabled_options(None) == ()  # a result without an optimization block
     with pytest.raises(argparse.ArgumentTypeError, match=r"no variant option 'turbo' \(the options are \+fuse-expert"):
         backends.variant_name("torch:fp32+turbo")
     chosen, _ = backends.variants(["torch:fp32", "torch:fp32+fuse-expert-kv"])
