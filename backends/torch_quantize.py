@@ -11,14 +11,14 @@ CPUs, and the weights are quantized from their bf16 values. Either way the run's
 
 Schemes, per device type:
 
-- CPU int8, three schemes (``--quant-scheme``), all weights int8 per-channel symmetric and activations int8
+- CPU int8, four schemes (``--quant-scheme``), all weights int8 per-channel symmetric and activations int8
   per-token dynamic: ``amx``, vlabench's own kernel (``kernels/amx_int8.py``: quantize, AMX matmul and
   dequantize in one call; the default where the CPU has AMX-INT8 and the kernel builds), ``vnni``, the same kernel
-  on AVX512-VNNI (the default on CPUs with VNNI but no AMX: AMD Zen 4 and 5, Intel Ice Lake, Cascade Lake), and
-  ``torchao``, ``Int8DynamicActivationInt8WeightConfig`` (the matmul is ``torch._int_mm``; the default
-  elsewhere). torchao's
-  int8 weight-only path dequantizes on every call on CPU, which made a 4096×4096 matvec about 10× slower than fp32
-  here.
+  on AVX512-VNNI (the default on CPUs with VNNI but no AMX: AMD Zen 4 and 5, Intel Ice Lake, Cascade Lake),
+  ``avx2``, the same kernel on AVX2 (the default on CPUs with neither: AMD Zen 2 and 3, Intel Haswell to Skylake
+  client; its own library, built without AVX-512), and ``torchao``, ``Int8DynamicActivationInt8WeightConfig``
+  (the matmul is ``torch._int_mm``; the default elsewhere). torchao's int8 weight-only path dequantizes on every
+  call on CPU, which made a 4096×4096 matvec about 10× slower than fp32 here.
 - CPU int4: weight-only, groups of 128 (or the largest of 64/32 dividing the input width): torchao's tinygemm
   group qparams (``groupwise_affine_quantize_tensor``) packed and multiplied by torch's int4 CPU kernels
   (``aten._convert_weight_to_int4pack_for_cpu`` / ``aten._weight_int4pack_mm_for_cpu``, the kernels torchao's
@@ -51,13 +51,21 @@ GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU
 INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
 INT4_ACTIVATIONS = torch.bfloat16
-INT8_SCHEMES = ("amx", "vnni", "torchao")  # CPU int8, for --quant-scheme; the default is the first that runs here
+INT8_SCHEMES = (
+    "amx",
+    "vnni",
+    "avx2",
+    "torchao",
+)  # CPU int8, for --quant-scheme; the default is the first that runs here
 KERNEL_SCHEMES = {
     "amx": "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
     "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)",
     "vnni": "vlabench int8 kernel on AVX512-VNNI (weights int8 per-channel symmetric, activations int8 per-token "
     "dynamic, int32 accumulation with VPDPBUSD; float parts in {float_parts}; in bf16, short-query attention on "
     "vlabench's attention kernel with VDPBF16PS)",
+    "avx2": "vlabench int8 kernel on AVX2 (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
+    "int32 accumulation with VPMADDUBSW on |w| and sign-adjusted activations, then VPMADDWD; float parts in "
+    "{float_parts})",
 }
 """The int8 schemes on vlabench's own kernel (``kernels/amx_int8.py``), named by the path they take."""
 SCHEMES = {
@@ -99,7 +107,7 @@ def scheme(device: torch.device, precision: str, int8_scheme: str | None = None)
     if precision == "int8" and int8_scheme in KERNEL_SCHEMES:
         from vlabench.kernels import amx_int8
 
-        float_parts = next(n for n, d in Precision.DTYPES.items() if d == amx_int8.float_dtype())
+        float_parts = next(n for n, d in Precision.DTYPES.items() if d == amx_int8.float_dtype(int8_scheme))
         return KERNEL_SCHEMES[int8_scheme].format(float_parts=float_parts)
     return SCHEMES[(device.type, precision)]
 
@@ -221,7 +229,7 @@ class Quantizer:
         if self.on_kernel:
             from vlabench.kernels import amx_int8
 
-            return amx_int8.float_dtype()
+            return amx_int8.float_dtype(self.int8_scheme)
         return Precision.dtype(self.precision)
 
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:

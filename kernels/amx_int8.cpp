@@ -63,34 +63,14 @@ float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t 
     const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(load16(row + j), inverse));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(at(j)), _mm_xor_si128(_mm512_cvtsepi32_epi8(codes), flips));
   }
+  const float inverse_scale = 1.f / scale;  // the tail rounds x * (1 / scale) too, as the vector part does
   for (; j < k; ++j) {
-    const auto code = static_cast<int8_t>(std::nearbyint(std::clamp(load1(row + j) / scale, -127.f, 127.f)));
+    const auto code = static_cast<int8_t>(std::nearbyint(std::clamp(load1(row + j) * inverse_scale, -127.f, 127.f)));
     *at(j) = static_cast<int8_t>(code ^ flip);
   }
   return scale;
 }
 }  // namespace
-
-// weight [N, K] int8, N a multiple of 16 -> [N/16][ceil(K/64)][16][64] (VNNI: 4 consecutive k per column).
-torch::Tensor pack_weight(const torch::Tensor& weight) {
-  TORCH_CHECK(weight.scalar_type() == torch::kInt8 && weight.dim() == 2, "pack_weight takes a 2-D int8 weight");
-  TORCH_CHECK(weight.size(0) % TILE_N == 0, "pack_weight needs output features in multiples of 16");
-  const auto w = weight.contiguous();
-  const int64_t n = w.size(0), k = w.size(1), k_blocks = (k + TILE_K - 1) / TILE_K;
-  auto packed = torch::zeros({n / TILE_N, k_blocks, TILE_K / 4, TILE_N * 4}, torch::kInt8);
-  const int8_t* src = w.data_ptr<int8_t>();
-  int8_t* dst = packed.data_ptr<int8_t>();
-  at::parallel_for(0, n / TILE_N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t nb = begin; nb < end; ++nb)
-      for (int64_t col = 0; col < TILE_N; ++col)
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const int64_t block = kk / TILE_K, row = (kk % TILE_K) / 4;
-          dst[((nb * k_blocks + block) * (TILE_K / 4) + row) * TILE_N * 4 + col * 4 + kk % 4] =
-              src[(nb * TILE_N + col) * k + kk];
-        }
-  });
-  return packed;
-}
 
 namespace {
 using Sums = int32_t[C_TILES][TILE_M * TILE_N];
@@ -316,7 +296,7 @@ Activation activation_of(int64_t code, bool gated) {
 }
 }  // namespace
 
-// x [M, K] fp32 or bf16; packed from pack_weight; w_scale and bias [N padded to 16] fp32; activation -1 (none),
+// x [M, K] fp32 or bf16; packed by amx_int8.py (pack_weight); w_scale and bias [N padded to 16] fp32; activation -1 (none),
 // 0 (SiLU) or 1 (GELU, tanh form), applied to the fp32 result. Returns [M, out_features] in x's dtype (the sums,
 // the rescale and the activation are fp32 either way; one rounding).
 template <Isa isa>
@@ -349,8 +329,4 @@ TORCH_LIBRARY_IMPL(vlabench, CPU, library) {
   library.impl("amx_int8_gated_linear", &int8_gated_linear<Isa::kAmx>);
   library.impl("vnni_int8_linear", &int8_linear<Isa::kVnni>);
   library.impl("vnni_int8_gated_linear", &int8_gated_linear<Isa::kVnni>);
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("pack_weight", &pack_weight, "int8 [N, K] weight -> AMX tile-packed layout");
 }

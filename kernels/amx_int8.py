@@ -1,20 +1,23 @@
-"""vlabench's own int8 linear on Intel AMX or AVX512-VNNI, for the action expert's small-M GEMMs (issue 19, §3).
+"""vlabench's own int8 linear on Intel AMX, AVX512-VNNI or AVX2, for the action expert's small-M GEMMs (issue 19).
 
 Why it exists: at the expert's shapes (50 rows, K and N of 720–2048) oneDNN's int8 GEMM (``torch._int_mm``, the
 kernel behind torchao's dynamic int8 on CPU) ran at a fraction of this CPU's measured int8 peak and streamed
 weights at about a quarter of its read bandwidth (``benchmarks/expert_profile.py``; ``benchmarks/amx_linear.py``
 measures both side by side). The kernel (``amx_int8.cpp``) quantizes the activations per row, multiplies on AMX
-tiles against a weight packed once at load, and dequantizes in the same pass; the scheme is torchao's dynamic
-int8 (weights per-channel symmetric, activations per-token symmetric). fp32 and bf16 activations go in and come out
-as they are. On CPUs without AMX but with AVX512-VNNI (AMD Zen 4 and 5, Intel Ice Lake and Cascade Lake) the same
-packed weight runs through a VNNI path of the same kernel (``ISAS``): same scheme, same sums, same epilogue.
+tiles against a weight packed once at load (``pack_weight``), and dequantizes in the same pass; the scheme is
+torchao's dynamic int8 (weights per-channel symmetric, activations per-token symmetric). fp32 and bf16 activations
+go in and come out as they are. The same packed weight runs through the kernel's other paths (``ISAS``), with the
+same scheme, the same int32 sums and the same fp32 epilogue: on CPUs without AMX but with AVX512-VNNI (AMD Zen 4
+and 5, Intel Ice Lake and Cascade Lake) a VNNI path, and on CPUs with only AVX2 (AMD Zen 2 and 3, Intel Haswell to
+Skylake client) an AVX2 path (``avx2_int8.cpp``, fp32 activations).
 
 It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
-cached by torch under ``TORCH_EXTENSIONS_DIR``), in one extension with the AMX bf16 attention
-(``amx_attention.py``); loading it registers the operators ``vlabench::{amx,vnni}_int8_linear``,
-``vlabench::{amx,vnni}_int8_gated_linear`` and ``vlabench::amx_attention`` with torch's dispatcher (eager calls go
-straight to C++; ``torch.compile`` keeps each as one opaque call). ``unavailable_reason(isa)`` says why a path
-cannot run on a host.
+cached by torch under ``TORCH_EXTENSIONS_DIR``) into two libraries (``EXTENSIONS``): the AMX and VNNI paths with the
+AMX bf16 attention (``amx_attention.py``), and the AVX2 path alone, built without AVX-512 flags so that an AVX2-only
+CPU can load it. Loading them registers the operators ``vlabench::{amx,vnni,avx2}_int8_linear``,
+``vlabench::{amx,vnni,avx2}_int8_gated_linear`` and ``vlabench::{amx,avx512}_attention`` with torch's dispatcher
+(eager calls go straight to C++; ``torch.compile`` keeps each as one opaque call). ``unavailable_reason(isa)`` says
+why a path cannot run on a host.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import platform
 import shutil
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch import Tensor, nn
@@ -35,38 +37,40 @@ from vlabench.hardware.detection import read_cpu_flags
 from vlabench.models.replicas import transform_modules
 from vlabench.models.replicas.layers import GatedMLP, PointwiseMLP, SharedInputProjections
 
-SOURCES = [
-    Path(__file__).with_name(name) for name in ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h")
-]
 ISAS: dict[str, tuple[str, ...]] = {
     "amx": ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16"),
     "vnni": ("avx512f", "avx512bw", "avx512_vnni"),
+    "avx2": ("avx2", "fma"),
 }
 """The kernel's paths, fastest first, with the CPU flags each needs (the VNNI path's bf16 activations also need
 avx512_bf16; without it the float parts stay fp32, see ``float_dtype``)."""
 ATTENTION_UNITS = ("amx", "avx512")  # the bf16 attention's paths (amx_attention.py): AMX tiles, or VDPBF16PS
-COMPILE_FLAGS = [
-    "-O3",
-    "-mamx-tile",
-    "-mamx-int8",
-    "-mamx-bf16",
-    "-mavx512f",
-    "-mavx512bw",
-    "-mavx512vl",
-    "-mavx512dq",
-    "-mavx512bf16",
-    "-mavx512vnni",
-    "-fopenmp",
-]
+AVX512_FLAGS = ["-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
+EXTENSIONS: dict[str, tuple[tuple[str, ...], list[str]]] = {
+    "avx512": (
+        ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h"),
+        ["-O3", *AVX512_FLAGS, "-mavx512bf16", "-mavx512vnni", "-fopenmp"],
+    ),
+    "avx2": (("avx2_int8.cpp",), ["-O3", "-mavx2", "-mfma", "-fopenmp"]),
+}
+"""The two libraries the kernels are built into (sources, compiler flags): the AMX and AVX512 paths with the
+attention, and the AVX2 path alone, built without AVX-512 so an AVX2-only CPU can load and run it."""
+ISA_EXTENSION = {"amx": "avx512", "vnni": "avx512", "avx2": "avx2"}
 TILE_N = 16  # output features are padded to whole 16-column tiles
+TILE_K = 64  # input features are padded to whole 64-byte k blocks
 QMAX = 127.0
 ACTIVATION_CODES = {"silu": 0, "gelu_tanh": 1}  # an MLP's activation -> the kernel epilogue's activation code
 NO_ACTIVATION = -1
-KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # activation dtypes the kernel reads and writes as they are
+KERNEL_DTYPES = {
+    "amx": (torch.float32, torch.bfloat16),
+    "vnni": (torch.float32, torch.bfloat16),
+    "avx2": (torch.float32,),
+}
+"""Per path, the activation dtypes the kernel reads and writes as they are (others go through fp32)."""
 
 
 def unavailable_reason(isa: str = "amx") -> str | None:
-    """None when the kernel's ``isa`` path ("amx" or "vnni") can be built and run here, else why not (checked
+    """None when the kernel's ``isa`` path (an ``ISAS`` name) can be built and run here, else why not (checked
     before any compiling)."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"the int8 kernel needs Linux on x86-64 (this is {sys.platform} {platform.machine()})"
@@ -88,39 +92,43 @@ def runnable_path() -> str | None:
     return next((isa for isa in ISAS if unavailable_reason(isa) is None), None)
 
 
-def float_dtype() -> torch.dtype:
-    """The dtype a model's float parts run in around the kernel: bf16 where the CPU has it natively (AVX512-BF16,
-    which every AMX CPU has; the kernel reads and writes bf16 itself), else fp32."""
-    return torch.bfloat16 if "avx512_bf16" in read_cpu_flags() else torch.float32
+def float_dtype(isa: str = "amx") -> torch.dtype:
+    """The dtype a model's float parts run in around the kernel's ``isa`` path: bf16 where the path reads and writes
+    bf16 itself and the CPU has it natively (AVX512-BF16, which every AMX CPU has), else fp32."""
+    native = "avx512_bf16" in read_cpu_flags() and torch.bfloat16 in KERNEL_DTYPES[isa]
+    return torch.bfloat16 if native else torch.float32
 
 
 @functools.cache
-def extension() -> ModuleType:
-    """The compiled kernel (built once per source version, then loaded from torch's extension cache)."""
-    reasons = [unavailable_reason(isa) for isa in ISAS]
+def extension(name: str = "avx512") -> str:
+    """Builds (once per source version, then from torch's extension cache) and loads one of the ``EXTENSIONS``,
+    registering its operators; returns the library's path."""
+    reasons = [unavailable_reason(isa) for isa, built_in in ISA_EXTENSION.items() if built_in == name]
     if all(reasons):
         raise UnavailableError(reasons[-1])
     from torch.utils.cpp_extension import load
 
-    text = b"".join(path.read_bytes() for path in SOURCES) + " ".join(COMPILE_FLAGS).encode()
-    version = hashlib.sha256(text).hexdigest()[:12]
+    names, flags = EXTENSIONS[name]
+    sources = [Path(__file__).with_name(source) for source in names]
+    version = hashlib.sha256(b"".join(path.read_bytes() for path in sources) + " ".join(flags).encode()).hexdigest()
     try:
-        module = load(
-            f"vlabench_amx_{version}",
-            [str(path) for path in SOURCES if path.suffix == ".cpp"],
-            extra_cflags=COMPILE_FLAGS,
+        library = load(
+            f"vlabench_{name}_{version[:12]}",
+            [str(path) for path in sources if path.suffix == ".cpp"],
+            extra_cflags=flags,
             extra_ldflags=["-fopenmp"],
+            is_python_module=False,
             verbose=False,
         )
     except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
-        raise UnavailableError(f"building the int8 and attention kernels failed:\n{tail}") from exc
-    for isa in ISAS:
+        raise UnavailableError(f"building the {name} int8 kernels failed:\n{tail}") from exc
+    for isa in (isa for isa, built_in in ISA_EXTENSION.items() if built_in == name):
         torch.library.register_fake(f"vlabench::{isa}_int8_linear")(_output_like)
         torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
-    for unit in ATTENTION_UNITS:
+    for unit in ATTENTION_UNITS if name == "avx512" else ():
         torch.library.register_fake(f"vlabench::{unit}_attention")(_attention_like)
-    return module
+    return library
 
 
 def _output_like(
@@ -145,6 +153,16 @@ def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
     return codes, scales
 
 
+def pack_weight(codes: Tensor) -> Tensor:
+    """int8 codes [N, K] (N a multiple of 16) in the kernels' packed layout [N/16][ceil(K/64)][16][64]: per 16
+    output columns, blocks of 64 k, each row 4 consecutive k of every column (K zero-padded)."""
+    n, k = codes.shape
+    k_blocks = -(-k // TILE_K)
+    padded = torch.nn.functional.pad(codes, (0, k_blocks * TILE_K - k))
+    blocked = padded.view(n // TILE_N, TILE_N, k_blocks, TILE_K // 4, 4).permute(0, 2, 3, 1, 4)
+    return blocked.contiguous().view(n // TILE_N, k_blocks, TILE_K // 4, TILE_N * 4)
+
+
 def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
     return torch.cat([tensor, tensor.new_zeros((rows - tensor.shape[0], *tensor.shape[1:]))])
 
@@ -165,7 +183,8 @@ class Int8Linear(nn.Module):
         codes, scales = quantize_weight(linear.weight)
         padded = -(-self.out_features // TILE_N) * TILE_N
         bias = linear.bias.detach().float() if linear.bias is not None else scales.new_zeros(self.out_features)
-        self.register_buffer("packed", extension().pack_weight(_pad_rows(codes, padded)))
+        extension(ISA_EXTENSION[isa])
+        self.register_buffer("packed", pack_weight(_pad_rows(codes, padded)))
         self.register_buffer("w_scale", _pad_rows(scales, padded))
         self.register_buffer("bias", _pad_rows(bias, padded))
 
@@ -184,7 +203,7 @@ def _on_kernel(module: nn.Module, x: Tensor, out_features: int, code: int, gated
     kernel as they are, others through fp32)."""
     operator = getattr(torch.ops.vlabench, f"{module.isa}_int8_{'gated_' if gated else ''}linear")
     flat = x.reshape(-1, module.in_features)
-    flat = flat if flat.dtype in KERNEL_DTYPES else flat.float()
+    flat = flat if flat.dtype in KERNEL_DTYPES[module.isa] else flat.float()
     out = operator(flat, module.packed, module.w_scale, module.bias, out_features, code)
     return out.to(x.dtype).reshape(*x.shape[:-1], out_features)
 

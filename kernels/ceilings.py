@@ -103,7 +103,7 @@ def _int8_kernel_seconds(size: int, budget_s: float) -> tuple[str, float, int] |
         linear = amx_int8.Int8Linear(torch.nn.Linear(size, size, bias=False), path)
     except UnavailableError:
         return None
-    x = torch.randn(size, size, dtype=amx_int8.float_dtype())
+    x = torch.randn(size, size, dtype=amx_int8.float_dtype(path))
     with torch.inference_mode():
         seconds, repetitions = _best_seconds(lambda: linear(x), lambda: None, budget_s)
     return path, seconds, repetitions

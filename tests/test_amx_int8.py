@@ -1,8 +1,12 @@
-"""vlabench's int8 linear (``kernels/amx_int8.py``), on each of its paths (AMX, AVX512-VNNI) this CPU runs, against
-an exact integer reference, under torch.compile, and as the torch backends' CPU int8 scheme on every model family;
-where a path cannot run, why, and the fallback."""
+"""vlabench's int8 linear (``kernels/amx_int8.py``), on each of its paths (AMX, AVX512-VNNI, AVX2) this CPU runs,
+against an exact integer reference, under torch.compile, and as the torch backends' CPU int8 scheme on every model
+family; where a path cannot run, why, and the fallback."""
 
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -15,6 +19,12 @@ CPU = torch.device("cpu")
 REASONS = {isa: amx_int8.unavailable_reason(isa) for isa in amx_int8.ISAS}
 DEFAULT_ISA = amx_int8.runnable_path()  # the scheme a run picks here
 needs_kernel = pytest.mark.skipif(DEFAULT_ISA is None, reason=f"no int8 kernel path runs here: {REASONS}")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles the same forward code anew: no recompile limit reached across parametrized cases."""
+    torch._dynamo.reset()
 
 
 @pytest.fixture(params=runnable_params(REASONS))
@@ -250,24 +260,28 @@ AVX2_FLAGS = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}
 
 
 def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
-    """A Zen 4 runs the VNNI path and not the AMX one (the reason lists what is missing); an AVX2-only CPU neither;
-    the float parts are bf16 only where the CPU has AVX512-BF16."""
+    """A Zen 4 runs the VNNI path and not the AMX one (the reason lists what is missing); an AVX2-only CPU only the
+    AVX2 path; the float parts are bf16 only where the CPU has AVX512-BF16 and the path reads bf16."""
     monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: ZEN4_FLAGS)
     reason = amx_int8.unavailable_reason("amx")
     assert reason is not None and "missing here: amx_tile, amx_int8, amx_bf16" in reason
     assert amx_int8.unavailable_reason("vnni") is None or "needs ninja" in amx_int8.unavailable_reason("vnni")
-    assert amx_int8.float_dtype() == torch.bfloat16
+    assert amx_int8.float_dtype("vnni") == torch.bfloat16
+    assert amx_int8.float_dtype("avx2") == torch.float32  # the AVX2 path takes fp32 activations
     monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: AVX2_FLAGS)
     assert "missing here: avx512f, avx512bw, avx512_vnni" in amx_int8.unavailable_reason("vnni")
-    assert amx_int8.float_dtype() == torch.float32
-    with pytest.raises(ValueError, match="no int8 kernel path 'avx2'"):
-        amx_int8.Int8Linear(torch.nn.Linear(4, 4), "avx2")
+    assert amx_int8.unavailable_reason("avx2") is None or "needs ninja" in amx_int8.unavailable_reason("avx2")
+    assert amx_int8.float_dtype("vnni") == torch.float32
+    monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: AVX2_FLAGS - {"fma"})
+    assert "missing here: fma" in amx_int8.unavailable_reason("avx2")
+    with pytest.raises(ValueError, match="no int8 kernel path 'sse4'"):
+        amx_int8.Int8Linear(torch.nn.Linear(4, 4), "sse4")
 
 
 def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_the_others(monkeypatch):
     from vlabench.backends import torch_quantize
 
-    reasons = {"amx": "no AMX on this CPU", "vnni": None}
+    reasons = {"amx": "no AMX on this CPU", "vnni": None, "avx2": None}
     monkeypatch.setattr(amx_int8, "unavailable_reason", lambda isa="amx": reasons[isa])
     assert torch_quantize.choose_int8_scheme(CPU, None) == ("vnni", {"amx": "no AMX on this CPU"})
     with pytest.raises(UnavailableError, match="no AMX on this CPU"):
@@ -275,8 +289,13 @@ def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_
     assert torch_quantize.choose_int8_scheme(CPU, "vnni") == ("vnni", {})
     reasons["vnni"] = "no VNNI either"
     assert torch_quantize.choose_int8_scheme(CPU, None) == (
-        "torchao",
+        "avx2",
         {"amx": "no AMX on this CPU", "vnni": "no VNNI either"},
+    )
+    reasons["avx2"] = "no AVX2"
+    assert torch_quantize.choose_int8_scheme(CPU, None) == (
+        "torchao",
+        {"amx": "no AMX on this CPU", "vnni": "no VNNI either", "avx2": "no AVX2"},
     )
     assert torch_quantize.choose_int8_scheme(CPU, "torchao") == ("torchao", {})
     with pytest.raises(UnavailableError, match="no VNNI either"):
@@ -285,24 +304,73 @@ def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_
         torch_quantize.choose_int8_scheme(torch.device("cuda"), "amx")
 
 
+@pytest.mark.skipif(REASONS["vnni"] or REASONS["avx2"], reason=f"needs the vnni and avx2 paths: {REASONS}")
+@pytest.mark.parametrize("activation", [None, *sorted(ACTIVATIONS)])
+@pytest.mark.parametrize(("rows", "in_features", "out_features"), [(50, 720, 2048), (7, 33, 5), (130, 100, 40)])
+def test_the_avx2_path_gives_the_vnni_paths_fp32_outputs_bit_for_bit(activation, rows, in_features, out_features):
+    """Same codes, exact int32 sums (no int16 saturation at the codes' extremes) and the same epilogue operations:
+    the same fp32 outputs, plain and gated, tails included."""
+    torch.manual_seed(rows + in_features)
+    linear = torch.nn.Linear(in_features, out_features)
+    with torch.no_grad():
+        linear.weight[0] = linear.weight.abs().max()  # codes of +-127 against +-127: the largest pair sums
+        linear.weight[-1, ::2] = -linear.weight.abs().max()
+    x = torch.randn(rows, in_features) * 3
+    x[0] = x[0].abs().max() * torch.sign(torch.randn(in_features))
+
+    def on(isa: str) -> amx_int8.Int8Linear:
+        return on_kernel_with(activation, linear, isa) if activation else amx_int8.Int8Linear(linear, isa)
+
+    assert torch.equal(on("avx2")(x), on("vnni")(x))
+    if activation:
+        _, vnni = gated_pair(in_features, out_features, activation, rows, "vnni")
+        _, avx2 = gated_pair(in_features, out_features, activation, rows, "avx2")
+        assert torch.equal(avx2(x), vnni(x))
+
+
+@pytest.mark.skipif(REASONS["avx2"] is not None, reason=f"the avx2 path cannot run here: {REASONS['avx2']}")
+def test_the_avx2_library_holds_no_avx512_instruction():
+    """The AVX2 path is loadable on a CPU without AVX-512: its library's own code has no zmm or opmask register."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) is not installed")
+    library = amx_int8.extension("avx2")
+    listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True, check=True)
+    code = listing.stdout
+    assert "vpmaddubsw" in code and "vpsignb" in code  # it is the AVX2 kernel
+    assert "%zmm" not in code and not re.search(r"%k[0-7]\b", code)
+    if REASONS["vnni"] is None:  # the check sees AVX-512 code where there is some
+        avx512 = amx_int8.extension("avx512")
+        other = subprocess.run(
+            [objdump, "-d", "--no-show-raw-insn", avx512], capture_output=True, text=True, check=True
+        )
+        assert "%zmm" in other.stdout
+
+
 FAMILIES = ["smolvla-tiny", "pi0-tiny", "gr00t-n1.5-tiny", "act-tiny", "diffusion-policy-tiny", "openvla-7b-tiny"]
 
 
 @needs_kernel
+@pytest.mark.parametrize("scheme", ["default", "avx2"])
 @pytest.mark.parametrize("name", FAMILIES)
-def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
-    """Every Linear the scheme takes runs on the kernel (the path a default run picks here), and the actions stay
-    within the int8 gate; attention runs on the attention kernel's AMX path under the AMX scheme, on its AVX-512 one
-    under the VNNI scheme with bf16 float parts."""
+def test_torch_int8_runs_every_family_on_the_kernel(name, scheme, tiny_inputs):
+    """Every Linear the scheme takes runs on the kernel (the path a default run picks here, and the AVX2 path asked
+    for), and the actions stay within the int8 gate; attention runs on the attention kernel's AMX path under the AMX
+    scheme, on its AVX-512 one under the VNNI scheme with bf16 float parts, on neither under AVX2."""
     pytest.importorskip("torchao")
     from tests.test_quantized_runtimes import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
     from vlabench.kernels.amx_attention import AmxAttention
 
-    policy = TorchBackend().prepare(*tiny_inputs(name)[:2], CPU, "int8", 0)
+    isa = DEFAULT_ISA if scheme == "default" else scheme
+    if REASONS[isa] is not None:
+        pytest.skip(f"the {isa} path cannot run here: {REASONS[isa]}")
+    policy = TorchBackend(quant_scheme=None if scheme == "default" else isa).prepare(
+        *tiny_inputs(name)[:2], CPU, "int8", 0
+    )
     details = policy.details()
-    assert details["quantization_scheme"] == DEFAULT_ISA and DEFAULT_ISA.upper() in details["quantization"]
-    assert all(m.isa == DEFAULT_ISA for m in policy.model.modules() if hasattr(m, "packed"))
+    assert details["quantization_scheme"] == isa and isa.upper() in details["quantization"]
+    assert all(m.isa == isa for m in policy.model.modules() if hasattr(m, "packed"))
     kernels = sum(isinstance(m, amx_int8.Int8Linear) for m in policy.model.modules())
     fused_pairs = 2 * sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
     shared = sum(isinstance(m, amx_int8.Int8SharedInput) for m in policy.model.modules())
@@ -312,7 +380,7 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, tiny_inputs):
     assert kernels + fused_pairs + 3 * shared == details["quantized_linears"] > 0
     attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
     assert attention == details.get("kernel_attention_modules", 0)
-    unit = {"amx": "amx", "vnni": "avx512" if amx_int8.float_dtype() == torch.bfloat16 else None}[DEFAULT_ISA]
+    unit = {"amx": "amx", "vnni": "avx512" if amx_int8.float_dtype("vnni") == torch.bfloat16 else None}.get(isa)
     assert details.get("attention_unit") == unit
     assert all(m.unit == unit for m in policy.model.modules() if isinstance(m, AmxAttention))
     gated = sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
@@ -337,7 +405,7 @@ def test_the_kernel_scheme_runs_bf16_float_parts_behind_an_fp32_boundary(tiny_in
 
     spec, workload, obs, noise = tiny_inputs("smolvla-tiny")
     policy = TorchBackend(quant_scheme=DEFAULT_ISA).prepare(spec, workload, CPU, "int8", 0)
-    float_parts = amx_int8.float_dtype()
+    float_parts = amx_int8.float_dtype(DEFAULT_ISA)
     assert policy.details()["float_activations"] == {torch.bfloat16: "bf16", torch.float32: "fp32"}[float_parts]
     cache = policy.prefix(obs)
     assert obs.images.dtype == torch.float32 and cache.keys.dtype == float_parts

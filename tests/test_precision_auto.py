@@ -48,7 +48,8 @@ def test_native_precisions_follow_the_cpu_flags():
     assert native_reason("bf16", "cpu", {"amx_bf16"}) is None and native_reason("bf16", "cpu", {"avx512_bf16"}) is None
     assert "emulated" in native_reason("bf16", "cpu", {"avx512f", "avx512_vnni"})
     assert native_reason("int8", "cpu", {"avx512_vnni"}) is None and native_reason("int8", "cpu", {"amx_int8"}) is None
-    assert "amx_int8" in native_reason("int8", "cpu", {"avx2"})
+    assert native_reason("int8", "cpu", {"avx2", "fma"}) is None  # VPMADDUBSW: the AVX2 int8 product
+    assert "amx_int8" in native_reason("int8", "cpu", {"sse4_2", "avx"})
     assert native_reason("fp16", "cpu", {"avx512_fp16"}) is None and native_reason("fp16", "cpu", {"amx_bf16"})
 
 

@@ -34,7 +34,11 @@ pytestmark = pytest.mark.usefixtures("module_cache")
                     reason=f"the {isa} path of vlabench's int8 kernel cannot run here",
                 ),
             )
-            for isa, words in (("amx", "vlabench AMX int8 kernel"), ("vnni", "vlabench int8 kernel on AVX512-VNNI"))
+            for isa, words in (
+                ("amx", "vlabench AMX int8 kernel"),
+                ("vnni", "vlabench int8 kernel on AVX512-VNNI"),
+                ("avx2", "vlabench int8 kernel on AVX2"),
+            )
         ),
         pytest.param(
             "openvino",
@@ -78,7 +82,7 @@ def test_the_chosen_scheme_runs_and_is_recorded(tmp_path, backend, scheme, words
         (["-b", "onnxruntime", "--precision", "fp32", "--quant-scheme", "qdq"], "this run is fp32"),
         (
             ["-b", "torch", "--precision", "int8", "--quant-scheme", "dynamic"],
-            "Valid torch int8 schemes: amx, torchao, vnni",
+            "Valid torch int8 schemes: amx, avx2, torchao, vnni",
         ),
         (
             ["-b", "tensorrt", "--precision", "int8", "--quant-scheme", "qdq"],

@@ -20,10 +20,11 @@ from vlabench.measure.timing import plain_inference
 from vlabench.vocab import Precision
 
 NATIVE_FP16_FLAGS = frozenset({"amx_fp16", "avx512_fp16"})
-NATIVE_INT8_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni"})
+NATIVE_INT8_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni", "avx2"})
 CPU_FLAGS = {"bf16": NATIVE_BF16_FLAGS, "fp16": NATIVE_FP16_FLAGS, "int8": NATIVE_INT8_FLAGS, "int4": NATIVE_INT8_FLAGS}
 """The CPU flags under which a precision's matrix products run in hardware (int4 weights are unpacked to int8
-operands); without them the runtime emulates it, slower than fp32."""
+operands; AVX2's int8 product is VPMADDUBSW, which every int8 runtime here uses on such CPUs); without them the
+runtime emulates it, slower than fp32."""
 PROBE_ITERATIONS = 3
 MARGIN = 0.05
 """A less precise candidate must be more than this much faster than a more precise passing one to be chosen."""

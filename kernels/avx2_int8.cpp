@@ -1,0 +1,228 @@
+// vlabench's int8 linear on AVX2 (issue 19: int8 on CPUs without AVX512-VNNI, e.g. AMD Zen 2 and 3, Intel
+// Haswell to Skylake client): the scheme, packed weight and epilogue of amx_int8.cpp, built apart from it with only
+// AVX2 and FMA enabled, so nothing in this library can execute an AVX-512 instruction.
+//
+// y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
+// x is quantized per row (symmetric int8, scale = absmax / 127, codes in [-127, 127]), W per output channel. AVX2 has
+// no int8 dot product that accumulates in int32, only VPMADDUBSW (u8 x s8 pairs summed into a saturating int16) and
+// VPMADDWD: the weights go in as |w| (u8) and the activations as sign(w) * x (VPSIGNB), so a pair sums at most
+// 2 x 127 x 127 = 32258 and never saturates; the int32 sums are exact and equal the other paths'. The fp32 rescale,
+// activation and rounding are the same operations as the AVX-512 epilogue's, so the outputs match the VNNI path's.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace {
+constexpr int TILE_N = 16, TILE_K = 64, GROUPS = TILE_K / 4;  // the packed layout's (amx_int8.cpp's)
+constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 + 4 + 1 of 16 ymm)
+constexpr int64_t CHUNK = 64;  // rows of x per pass over the weight
+
+// exp(x) for x <= 0 (vector_math.h's, on 8 lanes: 2^n * p(r), the same operations and constants, so the same
+// values); 2^n is built in the exponent bits, n >= -126 above the -87 cut.
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 normal = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_GT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(exponent)), normal);
+}
+
+inline __m256 abs_neg(__m256 x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.f)); }  // -|x|
+
+inline __m256 silu(__m256 x) {
+  const __m256 e = exp_nonpositive(abs_neg(x)), one = _mm256_set1_ps(1.f);
+  const __m256 numerator = _mm256_blendv_ps(one, e, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_mul_ps(x, _mm256_div_ps(numerator, _mm256_add_ps(one, e)));
+}
+
+inline __m256 gelu_tanh(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 y = _mm256_mul_ps(_mm256_set1_ps(0.7978845608f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, x));
+  const __m256 e = exp_nonpositive(_mm256_mul_ps(_mm256_set1_ps(2.f), abs_neg(y)));
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  const __m256 negative = _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                       _mm256_add_ps(one, _mm256_blendv_ps(t, _mm256_sub_ps(_mm256_setzero_ps(), t), negative)));
+}
+
+enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };
+
+inline __m256 activate(Activation activation, __m256 v) {
+  if (activation == Activation::kSilu) return silu(v);
+  if (activation == Activation::kGeluTanh) return gelu_tanh(v);
+  return v;
+}
+
+// Row `row` of x quantized into `codes` (k_padded bytes, zero past k); returns its scale. Each code is
+// round-to-nearest-even of x * (1 / scale), saturated to int8, as in amx_int8.cpp's quantize_row.
+float quantize_row(const float* row, int64_t k, int8_t* codes) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 vmax = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= k; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(row + j), magnitude));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float amax = *std::max_element(lanes, lanes + 8);
+  for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
+  const float scale = amax > 0.f ? amax / 127.f : 1.f, inverse_scale = 1.f / scale;
+  const __m256 inverse = _mm256_set1_ps(inverse_scale);
+  for (j = 0; j + 8 <= k; j += 8) {
+    const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
+    const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), eight);
+  }
+  for (; j < k; ++j)
+    codes[j] = static_cast<int8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)));
+  return scale;
+}
+
+// R rows of x's codes (`stride` bytes apart) times one 16-column block of the packed weight (`groups` 64-byte k
+// groups: 16 columns x 4 k); the int32 sums land in sums[R][16].
+template <int R>
+void multiply_rows(const int8_t* x, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m256i w_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64));
+    const __m256i w_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64 + 32));
+    const __m256i magnitude_low = _mm256_abs_epi8(w_low), magnitude_high = _mm256_abs_epi8(w_high);
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, x + r * stride + g * 4, sizeof four);
+      const __m256i codes = _mm256_set1_epi32(four);
+      const __m256i low = _mm256_maddubs_epi16(magnitude_low, _mm256_sign_epi8(codes, w_low));
+      const __m256i high = _mm256_maddubs_epi16(magnitude_high, _mm256_sign_epi8(codes, w_high));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(low, ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(high, ones));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * TILE_N), acc[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * TILE_N + 8), acc[r][1]);
+  }
+}
+
+// Every row of x (`m` rows) times one 16-column block, ROWS rows per pass over the block (from L1 after the first).
+void multiply_block(const int8_t* x, int64_t m, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
+  int64_t i = 0;
+  for (; i + ROWS <= m; i += ROWS) multiply_rows<ROWS>(x + i * stride, stride, b, groups, sums + i * TILE_N);
+  for (; i < m; ++i) multiply_rows<1>(x + i * stride, stride, b, groups, sums + i * TILE_N);
+}
+
+struct Epilogue {
+  Activation activation;
+  bool gated;
+};
+
+// Eight of a row's outputs: the sums rescaled (sum * x_scale, then fused w_scale * . + bias), as the AVX-512
+// epilogue computes them.
+inline __m256 rescaled(const int32_t* sums, float x_scale, const float* w_scale, const float* bias) {
+  const __m256 sum = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+  return _mm256_fmadd_ps(_mm256_mul_ps(sum, _mm256_set1_ps(x_scale)), _mm256_loadu_ps(w_scale),
+                         _mm256_loadu_ps(bias));
+}
+
+inline void store8(float* p, int64_t live, __m256 v) {
+  if (live >= 8) return _mm256_storeu_ps(p, v);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), lane), v);
+}
+
+torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                         const torch::Tensor& bias, int64_t out_features, Epilogue epilogue) {
+  TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), "the AVX2 int8 kernel needs AVX2 and FMA");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "the AVX2 int8 kernel takes 2-D fp32 activations");
+  TORCH_CHECK(packed.scalar_type() == torch::kInt8 && packed.dim() == 4 && packed.size(2) == GROUPS &&
+                  packed.size(3) == TILE_N * 4 && packed.is_contiguous(),
+              "packed is not the int8 kernel's packed weight layout");
+  const auto xc = x.contiguous();
+  const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
+  const bool gated = epilogue.gated;
+  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
+  TORCH_CHECK(!gated || n_blocks % 2 == 0, "a gated weight holds (gate, up) block pairs");
+  TORCH_CHECK(out_features <= (gated ? n_blocks / 2 : n_blocks) * TILE_N && w_scale.numel() == n_blocks * TILE_N &&
+                  bias.numel() == n_blocks * TILE_N,
+              "bad output features");
+  auto y = torch::empty({m, out_features}, xc.options());
+  if (m == 0) return y;
+  const int64_t stride = k_blocks * TILE_K, groups = k_blocks * GROUPS;
+  auto codes = torch::zeros({m, stride}, torch::kInt8);
+  auto x_scale = torch::empty({m}, torch::kFloat);
+  const float* xp = xc.data_ptr<float>();
+  int8_t* q = codes.data_ptr<int8_t>();
+  float* xs = x_scale.data_ptr<float>();
+  at::parallel_for(0, m, std::max<int64_t>(16, (1 << 15) / k), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, q + i * stride);
+  });
+  const int8_t* wp = packed.data_ptr<int8_t>();
+  const float* ws = w_scale.data_ptr<float>();
+  const float* bp = bias.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // One task per 16 output columns (a gated call: a (gate, up) block pair), as in amx_int8.cpp: each thread reads
+  // its blocks' weight as one stream, once per CHUNK rows of x (whose codes stay in L2 meanwhile).
+  at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
+    alignas(32) int32_t sums[CHUNK * TILE_N], up_sums[CHUNK * TILE_N];
+    for (int64_t m0 = 0; m0 < m; m0 += CHUNK) {
+      const int64_t rows = std::min<int64_t>(CHUNK, m - m0);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t nb = gated ? 2 * task : task, up = gated ? nb + 1 : nb, n0 = task * TILE_N;
+        multiply_block(q + m0 * stride, rows, stride, wp + nb * stride * TILE_N, groups, sums);
+        if (gated) multiply_block(q + m0 * stride, rows, stride, wp + up * stride * TILE_N, groups, up_sums);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t column = 0; column < TILE_N && column < out_features - n0; column += 8) {
+            const float scale = xs[m0 + r];
+            __m256 value = activate(epilogue.activation, rescaled(sums + r * TILE_N + column, scale,
+                                                                  ws + nb * TILE_N + column, bp + nb * TILE_N + column));
+            if (gated)
+              value = _mm256_mul_ps(value, rescaled(up_sums + r * TILE_N + column, scale, ws + up * TILE_N + column,
+                                                    bp + up * TILE_N + column));
+            store8(yp + (m0 + r) * out_features + n0 + column, out_features - n0 - column, value);
+          }
+      }
+    }
+  });
+  return y;
+}
+
+Activation activation_of(int64_t code, bool gated) {
+  TORCH_CHECK((code == 0 || code == 1) || (!gated && code == -1),
+              gated ? "a gated call's activation is 0 (SiLU) or 1 (GELU, tanh form)"
+                    : "activation is -1 (none), 0 (SiLU) or 1 (GELU, tanh form)");
+  return static_cast<Activation>(code);
+}
+
+// The operators' signatures and meaning are amx_int8.cpp's (fp32 activations only).
+torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                          const torch::Tensor& bias, int64_t out_features, int64_t activation) {
+  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
+}
+
+torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
+                                const torch::Tensor& bias, int64_t out_features, int64_t activation) {
+  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(vlabench, library) {
+  const std::string args = "(Tensor x, Tensor packed, Tensor w_scale, Tensor bias, int out_features, int activation)";
+  library.def(("avx2_int8_linear" + args + " -> Tensor").c_str());
+  library.def(("avx2_int8_gated_linear" + args + " -> Tensor").c_str());
+}
+
+TORCH_LIBRARY_IMPL(vlabench, CPU, library) {
+  library.impl("avx2_int8_linear", &int8_linear);
+  library.impl("avx2_int8_gated_linear", &int8_gated_linear);
+}
