@@ -24,6 +24,7 @@ from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
 from vlabench.backends.openvino_quantize import (
     DEFAULT_SCHEME,
     SCHEMES,
+    VNNI_FLAGS,
     Calibration,
     check_scheme,
     describe,
@@ -31,6 +32,8 @@ from vlabench.backends.openvino_quantize import (
     quantized_ir,
 )
 from vlabench.errors import UnavailableError
+from vlabench.hardware.detection import NATIVE_BF16_FLAGS, read_cpu_flags
+from vlabench.hardware.isa_cap import active_cap
 from vlabench.hardware.targets import ExecutionTarget, openvino_engine
 from vlabench.measure.action_loops import make_sampler
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
@@ -41,6 +44,8 @@ from vlabench.vocab import Precision
 ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 """Float run precision -> OpenVINO inference precision (quantized graphs: ``OpenVinoBackend.inference_type``)."""
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
+CPU_FLAGS_FOR = {"BF16": NATIVE_BF16_FLAGS, "FP16": frozenset({"avx512_fp16", "amx_fp16"})}
+"""The CPU flags behind a capability, for capped runs (``capabilities``)."""
 
 
 def _openvino():
@@ -208,7 +213,7 @@ class OpenVinoBackend(Backend):
         f32), and int8/int4 through NNCF on CPU targets where NNCF is installed."""
         if self.unavailable_reason(device):
             return tuple(Precision.DTYPES)
-        native = [set(self.core.get_property(name, "OPTIMIZATION_CAPABILITIES")) for name in self.hardware()]
+        native = [self.capabilities(name) for name in self.hardware()]
         floats = tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
         on_cpu = all(openvino_engine(name) == "cpu" for name in self.hardware())
         return floats + (Precision.QUANTIZED if on_cpu and nncf_missing() is None else ())
@@ -278,8 +283,18 @@ class OpenVinoBackend(Backend):
             return ELEMENT_TYPES[precision]
         if precision == "int4":
             return "f32"
-        native = all("BF16" in self.core.get_property(name, "OPTIMIZATION_CAPABILITIES") for name in self.hardware())
+        native = all("BF16" in self.capabilities(name) for name in self.hardware())
         return "bf16" if native else "f32"
+
+    def capabilities(self, name: str) -> set[str]:
+        """An OpenVINO device's OPTIMIZATION_CAPABILITIES; on a CPU under ``VLABENCH_MAX_CPU_ISA``, less the float
+        precisions the capped flags lack (the plugin reads the CPU itself, while its oneDNN kernels obey the cap:
+        an int8 graph compiled at bf16 there found no Softmax kernel)."""
+        found = set(self.core.get_property(name, "OPTIMIZATION_CAPABILITIES"))
+        if active_cap() and openvino_engine(name) == "cpu":
+            flags = read_cpu_flags()
+            found -= {cap for cap, needs in CPU_FLAGS_FOR.items() if not needs & flags}
+        return found
 
     def _config(self, precision: str, ir: IrModel) -> dict[str, Any]:
         """Compile settings; compiled blobs are cached per IR and inference precision (``compile_cache``)."""
@@ -294,6 +309,10 @@ class OpenVinoBackend(Backend):
         supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
         if all("INFERENCE_NUM_THREADS" in properties for properties in supported):  # a CPU-plugin setting
             config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
+        if precision == "int4" and active_cap() and not read_cpu_flags() & VNNI_FLAGS:
+            # Under an ISA cap without VNNI the plugin still enables int8 dynamic quantization from its own reading
+            # of the CPU, for which its capped oneDNN then has no inner-product kernel: the compile fails.
+            config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
         return config
 
     def _details(

@@ -31,7 +31,9 @@ import numpy as np
 from vlabench.backends.onnx_export import cache_root
 from vlabench.backends.openvino_ir import IR_FORMAT, IrModel, cached_ir, ir_key, openvino_version
 from vlabench.errors import UnavailableError
+from vlabench.hardware.detection import read_cpu_flags
 
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})  # an int8 dot product accumulating in int32
 CALIBRATION_SEED_OFFSET = 1_000_003  # calibration observations start here past the run's seed
 CALIBRATION_OBSERVATIONS = 8  # observations sampled for PTQ ranges (each gives one sample per graph call)
 INT4_GROUP_SIZES = (128, 64, 32)
@@ -69,6 +71,13 @@ def check_scheme(precision: str, scheme: str) -> str:
     return scheme
 
 
+def overflow_fix() -> str:
+    """NNCF's overflow fix for PTQ weights: on CPUs without an int8 dot product into int32 (no VNNI or AMX), the
+    int8 kernels multiply with AVX2's ``VPMADDUBSW``, whose int16 pair sums saturate for full-range weights, so every
+    layer's weights take the 7-bit range ("enable"); elsewhere NNCF's default ("first_layer_only")."""
+    return "first_layer_only" if read_cpu_flags() & VNNI_FLAGS else "enable"
+
+
 def scheme_identity(precision: str, scheme: str, seed: int) -> dict[str, Any]:
     """Everything a quantized graph depends on beyond the float IR it came from."""
     identity: dict[str, Any] = {"precision": precision, "scheme": scheme}
@@ -78,6 +87,7 @@ def scheme_identity(precision: str, scheme: str, seed: int) -> dict[str, Any]:
             "observations": CALIBRATION_OBSERVATIONS,
             "generator": "synthetic_observation + initial_noise",
         }
+        identity["overflow_fix"] = overflow_fix()
     if precision == "int4":
         identity["group_sizes"] = list(INT4_GROUP_SIZES)
     return identity
@@ -115,7 +125,7 @@ def quantized_ir(
             model = core.read_model(str(source.xml(graph)))
             ignored = nncf.IgnoredScope(names=source.marked.get(graph, []), validate=False)
             if scheme == "ptq":
-                model, types[graph] = _ptq(nncf, core, model, feeds[graph], ignored)
+                model, types[graph] = _ptq(nncf, core, model, feeds[graph], ignored, identity["overflow_fix"])
             elif precision == "int8":
                 model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=ignored)
             else:
@@ -137,7 +147,9 @@ def quantized_ir(
         return cached_ir(folder, meta, build)
 
 
-def _ptq(nncf: Any, core: Any, model: Any, feeds: list[dict[str, np.ndarray]], ignored: Any) -> tuple[Any, str]:
+def _ptq(
+    nncf: Any, core: Any, model: Any, feeds: list[dict[str, np.ndarray]], ignored: Any, fix: str
+) -> tuple[Any, str]:
     """NNCF PTQ with its transformer model type (the weight matmuls and the attention matmuls take int8 inputs;
     norms and element-wise ops stay float), or, where the CPU plugin cannot compile that result (it fails to fold
     SmolVLA's prefill), its default type restricted to the weight matmuls: attention matmuls and element-wise ops
@@ -145,13 +157,17 @@ def _ptq(nncf: Any, core: Any, model: Any, feeds: list[dict[str, np.ndarray]], i
     relative action error on smolvla-tiny, against 0.008 restricted. Keeping the attention matmuls float under the
     transformer type too was tried: no faster on SmolVLA's denoise step (39.6 against 40.6 ms p50, interleaved)
     and smolvla-tiny then missed the gate (cosine 0.9898 < 0.99), so the transformer type keeps its choice."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
     dataset = nncf.Dataset(feeds)
+    advanced = AdvancedQuantizationParameters(overflow_fix=OverflowFix(fix))
     quantized = nncf.quantize(
         model.clone(),
         dataset,
         model_type=nncf.ModelType.TRANSFORMER,
         subset_size=len(feeds),
         ignored_scope=ignored,
+        advanced_parameters=advanced,
     )
     try:
         core.compile_model(quantized, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -159,7 +175,9 @@ def _ptq(nncf: Any, core: Any, model: Any, feeds: list[dict[str, np.ndarray]], i
     except RuntimeError:
         names = [*ignored.names, *activation_matmuls(model)]
         scope = nncf.IgnoredScope(names=names, types=list(FLOAT_IN_FALLBACK), validate=False)
-        fallback = nncf.quantize(model, dataset, subset_size=len(feeds), ignored_scope=scope)
+        fallback = nncf.quantize(
+            model, dataset, subset_size=len(feeds), ignored_scope=scope, advanced_parameters=advanced
+        )
         return fallback, "default, weight matmuls only"
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -40,6 +41,7 @@ from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.devices import resolve_device
+from vlabench.hardware.isa_cap import CAPS, ENV, active_cap, recorded_caps, runtime_environment
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload
@@ -56,6 +58,19 @@ PHASES = ("vision", "prefill", "denoise_step", "action", "e2e")
 FLAGS_SHOWN = sorted({"avx2", "avx512f", "amx_tile", *(flag for flags in CPU_FLAGS.values() for flag in flags)})
 TARGETS = {"amx": (4.5, 0.60), "no-native-bf16": (2.0, None)}
 """CPU class → (end-to-end speed-up of the best valid variant over eager fp32, expert share of its floor)."""
+
+
+UNCAPPED = {"onnxruntime": "its MLAS kernels have no ISA cap, so they would run this CPU's full instruction set"}
+"""Backends whose kernels ignore the ISA caps (``--max-cpu-isa``): left out of an emulated run, with why."""
+
+
+def emulate(name: str | None) -> None:
+    """Under ``--max-cpu-isa name``, run this script again in a process whose environment caps vlabench and every
+    runtime (``isa_cap.runtime_environment``): the runtimes read their caps once, when they load."""
+    if name is None or active_cap() == name:
+        return
+    environment = {**os.environ, **runtime_environment(name)}
+    os.execve(sys.executable, [sys.executable, *sys.argv], environment)
 
 
 def cpu_class(flags: set[str]) -> str:
@@ -122,6 +137,8 @@ def variants(requested: list[str] | None) -> tuple[list[tuple[str, str, tuple[st
         reason = backend.unavailable_reason(CPU)
         if reason is None and "cpu" not in backend.engines:
             reason = "it does not execute on the CPU"
+        if reason is None and active_cap() and name in UNCAPPED:
+            reason = f"not run under {ENV}={active_cap()}: {UNCAPPED[name]}"
         if reason:
             skipped.append(f"{name}: {reason}")
             continue
@@ -341,10 +358,21 @@ def main() -> None:
     parser.add_argument("--no-ceilings", action="store_true", help="skip measuring GEMM peak and bandwidth")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
     parser.add_argument("--json-out", type=Path, default=None, help="write the comparison as a JSON artifact")
+    parser.add_argument(
+        "--max-cpu-isa",
+        choices=tuple(CAPS),
+        default=None,
+        help="emulate a lesser CPU class on this one: vlabench and every runtime capped to it (ONNX Runtime, which "
+        "has no cap, is left out); the artifact says so",
+    )
     args = parser.parse_args()
+    emulate(args.max_cpu_isa)
     flags = read_cpu_flags()
     kind = cpu_class(flags)
     console.print(f"CPU: {read_cpu_model()} ({kind}); flags: {' '.join(f for f in FLAGS_SHOWN if f in flags)}")
+    if active_cap():
+        caps = ", ".join(f"{name}={value}" for name, value in recorded_caps().items())
+        console.print(f"[yellow]emulated:[/] {CAPS[active_cap()].stands_for}, on this CPU ({caps})")
     console.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     chosen, skipped = variants(args.variants)
     base = RunConfig(
@@ -387,7 +415,7 @@ def main() -> None:
         met = "meets" if checked["speedup_met"] else "misses"
         console.print(
             f"best valid variant: {checked['best_variant']} at {checked['best_speedup']:.2f}× eager fp32 ({met} the "
-            f"{checked['speedup_target']}× target for a {kind} CPU)"
+            f"{checked['speedup_target']}× target for a {kind} CPU{', emulated' if active_cap() else ''})"
         )
     console.print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json_out:
@@ -396,7 +424,12 @@ def main() -> None:
             "model": args.model,
             "workload": results[0].workload.model_dump(mode="json") if results else None,
             "threads": args.threads,
-            "cpu": {"model": read_cpu_model(), "class": kind, "flags": [f for f in FLAGS_SHOWN if f in flags]},
+            "cpu": {
+                "model": read_cpu_model(),
+                "class": kind,
+                "flags": [f for f in FLAGS_SHOWN if f in flags],
+                **({"emulates": CAPS[active_cap()].stands_for, "isa_caps": recorded_caps()} if active_cap() else {}),
+            },
             "variants": records,
             "skipped": skipped,
             "crashed": crashed,

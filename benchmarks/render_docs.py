@@ -663,6 +663,14 @@ def floor_pct(share: float | None) -> str:
     return pct(share) + BEATEN_MARK * above_floor(share)
 
 
+def emulation(cpu: dict) -> str:
+    """How a benchmark's CPU entry says it emulated a lesser class (``--max-cpu-isa``): empty where it did not."""
+    if "emulates" not in cpu:
+        return ""
+    caps = ", ".join(f"`{name}={value}`" for name, value in cpu["isa_caps"].items())
+    return f", **emulated**: {cpu['emulates']}, on {cpu['model']} with every feature above it hidden ({caps})"
+
+
 def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
     """``benchmarks/backends.py``: every variant's phases, speed-up over eager fp32, expert share, error, gate; with
     the issue's targets only where the workload is theirs (full-size SmolVLA)."""
@@ -680,7 +688,7 @@ def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
     lines = [
         f"`{doc['model']}`, {work['cameras']} cameras ({work['prefix_tokens']} prefix tokens), {work['steps']} "
         f"denoising steps, chunk {work['chunk']}, {doc['threads']} threads; CPU class `{cpu['class']}` "
-        f"({', '.join(cpu['flags'])}).{measured_once(doc.get('ceilings'))} Per-phase p50 in ms:",
+        f"({', '.join(cpu['flags'])}){emulation(cpu)}.{measured_once(doc.get('ceilings'))} Per-phase p50 in ms:",
         "",
         table(
             [
@@ -703,7 +711,8 @@ def render_backends(root: Path, artifact: str, with_targets: bool) -> str:
         lines.append(
             f"Best variant within the gate: **{targets['best_variant']}**, {ratio(targets['best_speedup'])} eager "
             f"fp32 end to end ({'meets' if targets['speedup_met'] else 'misses'} the "
-            f"{ratio(targets['speedup_target'])} target for this CPU class)"
+            f"{ratio(targets['speedup_target'])} target for this CPU class"
+            f"{', emulated: not a measurement on that class' if 'emulates' in cpu else ''})"
             + (
                 f"; its action expert at {pct(share)} of its roofline floor "
                 f"({'meets' if targets.get('expert_share_met') else 'misses'} the "

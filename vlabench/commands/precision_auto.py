@@ -10,7 +10,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.analysis.memory import estimate_footprint
-from vlabench.commands.run import RunPlan, plan_caveats, prepare_checked, seeded_inputs
+from vlabench.commands.run import RunPlan, prepare_checked, seeded_inputs
+from vlabench.commands.run_checks import plan_caveats
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import NATIVE_BF16_FLAGS, read_cpu_flags
 from vlabench.measure.action_loops import make_sampler

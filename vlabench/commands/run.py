@@ -13,11 +13,11 @@ from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
-from vlabench.commands.run_checks import check_optimizations, check_workload, with_checkpoint
+from vlabench.commands.run_checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, VlabenchError, unknown_name
-from vlabench.hardware.detection import cpu_has_native_bf16, detect_host
+from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
 from vlabench.kernels.ceilings import measure_ceilings
@@ -187,16 +187,6 @@ def default_precision(backend: Backend, device: torch.device) -> str:
     on_cpu = device.type != "cuda"
     gpu = () if on_cpu else Precision.REDUCED if torch.cuda.is_bf16_supported() else ("fp16",)
     return Precision.default(on_cpu, set(gpu) & set(backend.precisions(device)))
-
-
-def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:
-    """Known traps worth a warning before hours are spent."""
-    if device.torch_device.type == "cpu" and precision == "bf16" and not cpu_has_native_bf16():
-        return (
-            "this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 matrix products are emulated and far "
-            "slower than fp32 (compare with `vlabench devices --measure --precision fp32 --precision bf16`)",
-        )
-    return ()
 
 
 def backend_names(requested: str) -> list[str]:

@@ -1,5 +1,5 @@
 """The run planner's checks on a request: a checkpoint's layout, the knobs a model family fixes, optimizations that
-need a capable backend or model."""
+need a capable backend or model; and the caveats a plan warns of."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 from vlabench.backends import BACKENDS, Backend
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
+from vlabench.hardware.detection import cpu_has_native_bf16
+from vlabench.hardware.devices import ResolvedDevice
+from vlabench.hardware.isa_cap import CAPS, ENV, active_cap
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.models.checkpoints import checkpoint_stamp
 from vlabench.models.replicas import replica_class
@@ -52,3 +55,20 @@ def check_optimizations(config: RunConfig, backend: Backend, schedule: DPCacheSc
         raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.sampler}")
     if schedule is not None and config.fuse_denoise_loop:
         raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
+
+
+def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:
+    """Known traps worth a warning before hours are spent."""
+    caveats = []
+    cap = active_cap()
+    if cap and device.torch_device.type == "cpu":
+        caveats.append(
+            f"{ENV}={cap}: emulating {CAPS[cap].stands_for} on this CPU (features above the cap hidden; the "
+            "runtimes' own caps apply only where set before the run, see provenance.isa_caps)"
+        )
+    if device.torch_device.type == "cpu" and precision == "bf16" and not cpu_has_native_bf16():
+        caveats.append(
+            "this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 matrix products are emulated and far "
+            "slower than fp32 (compare with `vlabench devices --measure --precision fp32 --precision bf16`)"
+        )
+    return tuple(caveats)

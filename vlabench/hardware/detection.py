@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from vlabench.hardware.isa_cap import capped
+
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -53,13 +55,14 @@ def read_cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """ISA feature flags of the first CPU (x86 'flags', Arm 'Features')."""
+    """ISA feature flags of the first CPU (x86 'flags', Arm 'Features'), less those above the process's
+    ``VLABENCH_MAX_CPU_ISA`` cap (``isa_cap.py``)."""
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
         return set()
     match = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, flags=re.MULTILINE)
-    return set(match.group(1).split()) if match else set()
+    return capped(set(match.group(1).split())) if match else set()
 
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})

@@ -8,10 +8,11 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import vlabench
 from vlabench.hardware.detection import HostInfo
+from vlabench.hardware.isa_cap import recorded_caps
 
 TRACKED_LIBRARIES = ("torch", "numpy", "pydantic", "transformers", "onnxruntime", "openvino", "tensorrt")
 
@@ -30,6 +31,11 @@ class Provenance(BaseModel):
     accelerators: list[str]
     torch_threads: int
     command_line: list[str]
+    isa_caps: dict[str, str] = Field(
+        default_factory=dict,
+        description="CPU feature caps the run was under (VLABENCH_MAX_CPU_ISA and the runtimes' own): an emulated "
+        "lesser CPU class on cpu_model",
+    )
 
 
 def git_state(source: Path) -> tuple[str | None, bool | None]:
@@ -76,4 +82,5 @@ def collect_provenance(host: HostInfo, torch_threads: int, argv: list[str] | Non
         accelerators=[*host.cuda_devices, *([host.jetson_model] if host.jetson_model else [])],
         torch_threads=torch_threads,
         command_line=list(sys.argv if argv is None else argv),
+        isa_caps=recorded_caps(),
     )
