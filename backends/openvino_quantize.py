@@ -7,6 +7,8 @@ Schemes (the ``quantization`` entry of a result's backend details says which ran
   samples. The samples are the graphs' own inputs while the fp32 graphs sample action chunks for observations
   and noise from the seeded generator every run uses (``synthetic_observation`` / ``initial_noise``), at seeds
   ``seed + CALIBRATION_SEED_OFFSET ...``: never the measured inputs (``seed``, ``seed + 1``).
+  On CPUs without VNNI or AMX (their int8 kernels multiply with AVX2's ``VPMADDUBSW``, whose int16 pair sums
+  saturate for full-range weights) NNCF's overflow fix applies to every layer, not only the first (``overflow_fix``).
 - ``int8`` / ``weights``: NNCF weight compression ``INT8_ASYM`` (weight-only, per channel; activations f32).
 - ``int4`` / ``weights``: NNCF weight compression ``INT4_SYM``, groups of ``INT4_GROUP_SIZES[0]`` (or the largest
   size dividing every compressed matmul's input width), every eligible layer at int4 (ratio 1) except what NNCF
@@ -34,6 +36,7 @@ from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import read_cpu_flags
 
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})  # an int8 dot product accumulating in int32
+OVERFLOW_FIX_WORDS = {"enable": ": every layer's weights in 7 bits, for VPMADDUBSW's int16 sums"}
 CALIBRATION_SEED_OFFSET = 1_000_003  # calibration observations start here past the run's seed
 CALIBRATION_OBSERVATIONS = 8  # observations sampled for PTQ ranges (each gives one sample per graph call)
 INT4_GROUP_SIZES = (128, 64, 32)
@@ -213,10 +216,11 @@ def describe(precision: str, scheme: str, meta: dict[str, Any]) -> str:
         samples = ", ".join(f"{graph} {count}" for graph, count in meta.get("samples", {}).items())
         seed = meta["calibration"]["seed"]
         types = ", ".join(f"{graph} {kind}" for graph, kind in meta.get("model_types", {}).items())
+        fix = meta.get("overflow_fix", "first_layer_only")
         return (
             "NNCF PTQ: weights int8 symmetric per channel, activations int8 (calibrated on "
             f"{meta['calibration']['observations']} seeded observations from seed {seed}; samples {samples}; NNCF "
-            f"model type {types})"
+            f"model type {types}; overflow fix {fix}{OVERFLOW_FIX_WORDS.get(fix, '')})"
         )
     if precision == "int8":
         return "NNCF weight compression INT8_ASYM: weights int8 asymmetric per channel, activations f32"

@@ -839,7 +839,7 @@ for _kernel in ("amx", "vnni"):
     _artifact = f"{RESULTS}/{_kernel}-linear-smolvla-cpu.json"
     BLOCKS[f"{_kernel}-linear"] = Block((_artifact,), partial(render_amx_linear, artifact=_artifact))
 BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
-FULL_SIZE = ("smolvla", "smolvla-avx512-bf16")  # the workload issue 19 sets its targets on, per CPU class
+FULL_SIZE = ("smolvla", "smolvla-avx512-bf16", "smolvla-emulated-avx2")  # issue 19's workload, per CPU class
 for _name in (*FULL_SIZE, "smolvla-tiny", "pi0-tiny"):
     _artifact = f"{RESULTS}/backends-{_name}-cpu.json"
     BLOCKS[f"backends-{_name}"] = Block(

@@ -20,11 +20,14 @@
 #include <string>
 
 #include "amx_tiles.h"
+#include "int8_call.h"
 #include "vector_math.h"
 
 namespace {
 using vlabench_amx::C_TILES;
-constexpr int TILE_M = vlabench_amx::TILE_ROWS, TILE_N = 16, TILE_K = vlabench_amx::TILE_ROW_BYTES;
+using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::TILE_K, vlabench_int8::TILE_N;
+constexpr int TILE_M = vlabench_amx::TILE_ROWS;
+static_assert(TILE_K == vlabench_amx::TILE_ROW_BYTES, "a packed block row is one AMX tile row");
 constexpr int TILE_BYTES = TILE_M * TILE_K;
 constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
 constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
@@ -181,14 +184,6 @@ void multiply_rows_vnni(const int8_t* a, int64_t step, const int8_t* b, int64_t 
 
 enum class Isa { kAmx, kVnni };
 
-// What the rescaled sums become: act(x W^T + b), or, for a gated MLP whose weight holds (gate block, up block) pairs
-// of the same 16 columns, act(gate) * up. The activation codes are the operators' (amx_int8.py's ACTIVATION_CODES).
-enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };
-struct Epilogue {
-  Activation activation;
-  bool gated;
-};
-
 inline __m512 activate(Activation activation, __m512 v) {
   if (activation == Activation::kSilu) return vlabench_vec::silu(v);
   if (activation == Activation::kGeluTanh) return vlabench_vec::gelu_tanh(v);
@@ -272,13 +267,7 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   TORCH_CHECK(x.dim() == 2 && (dtype == torch::kFloat || dtype == torch::kBFloat16),
               "int8_linear takes 2-D fp32 or bf16 activations");
   const auto xc = x.contiguous();
-  const int64_t k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
-  const bool gated = epilogue.gated;
-  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
-  TORCH_CHECK(!gated || n_blocks % 2 == 0, "a gated weight holds (gate, up) block pairs");
-  TORCH_CHECK(out_features <= (gated ? n_blocks / 2 : n_blocks) * TILE_N && w_scale.numel() == n_blocks * TILE_N &&
-                  bias.numel() == n_blocks * TILE_N,
-              "bad output features");
+  vlabench_int8::check_call(xc.size(1), packed, w_scale, bias, out_features, epilogue.gated);
   auto y = torch::empty({xc.size(0), out_features}, xc.options());
   if (xc.size(0) == 0) return y;
   if (dtype == torch::kFloat)
@@ -288,12 +277,6 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   return y;
 }
 
-Activation activation_of(int64_t code, bool gated) {
-  TORCH_CHECK((code == 0 || code == 1) || (!gated && code == -1),
-              gated ? "a gated call's activation is 0 (SiLU) or 1 (GELU, tanh form)"
-                    : "activation is -1 (none), 0 (SiLU) or 1 (GELU, tanh form)");
-  return static_cast<Activation>(code);
-}
 }  // namespace
 
 // x [M, K] fp32 or bf16; packed by amx_int8.py (pack_weight); w_scale and bias [N padded to 16] fp32; activation -1 (none),
@@ -302,7 +285,7 @@ Activation activation_of(int64_t code, bool gated) {
 template <Isa isa>
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                           const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear<isa>(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
+  return run_linear<isa>(x, packed, w_scale, bias, out_features, {vlabench_int8::activation_of(activation, false), false});
 }
 
 // A gated MLP's gate and up projections in one call: packed holds (gate block i, up block i) pairs of 16 columns,
@@ -311,7 +294,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
 template <Isa isa>
 torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                                 const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear<isa>(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
+  return run_linear<isa>(x, packed, w_scale, bias, out_features, {vlabench_int8::activation_of(activation, true), true});
 }
 
 // The operators, one pair per instruction set, registered with the dispatcher so eager calls skip Python and

@@ -48,10 +48,10 @@ ATTENTION_UNITS = ("amx", "avx512")  # the bf16 attention's paths (amx_attention
 AVX512_FLAGS = ["-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
 EXTENSIONS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     "avx512": (
-        ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "vector_math.h"),
+        ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "int8_call.h", "vector_math.h"),
         ["-O3", *AVX512_FLAGS, "-mavx512bf16", "-mavx512vnni", "-fopenmp"],
     ),
-    "avx2": (("avx2_int8.cpp",), ["-O3", "-mavx2", "-mfma", "-fopenmp"]),
+    "avx2": (("avx2_int8.cpp", "int8_call.h"), ["-O3", "-mavx2", "-mfma", "-fopenmp"]),
 }
 """The two libraries the kernels are built into (sources, compiler flags): the AMX and AVX512 paths with the
 attention, and the AVX2 path alone, built without AVX-512 so an AVX2-only CPU can load and run it."""

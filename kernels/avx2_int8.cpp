@@ -17,8 +17,11 @@
 #include <cstring>
 #include <string>
 
+#include "int8_call.h"
+
 namespace {
-constexpr int TILE_N = 16, TILE_K = 64, GROUPS = TILE_K / 4;  // the packed layout's (amx_int8.cpp's)
+using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::TILE_K, vlabench_int8::TILE_N;
+constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte block row
 constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 + 4 + 1 of 16 ymm)
 constexpr int64_t CHUNK = 64;  // rows of x per pass over the weight
 
@@ -55,8 +58,6 @@ inline __m256 gelu_tanh(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
                        _mm256_add_ps(one, _mm256_blendv_ps(t, _mm256_sub_ps(_mm256_setzero_ps(), t), negative)));
 }
-
-enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };
 
 inline __m256 activate(Activation activation, __m256 v) {
   if (activation == Activation::kSilu) return silu(v);
@@ -122,11 +123,6 @@ void multiply_block(const int8_t* x, int64_t m, int64_t stride, const int8_t* b,
   for (; i < m; ++i) multiply_rows<1>(x + i * stride, stride, b, groups, sums + i * TILE_N);
 }
 
-struct Epilogue {
-  Activation activation;
-  bool gated;
-};
-
 // Eight of a row's outputs: the sums rescaled (sum * x_scale, then fused w_scale * . + bias), as the AVX-512
 // epilogue computes them.
 inline __m256 rescaled(const int32_t* sums, float x_scale, const float* w_scale, const float* bias) {
@@ -145,17 +141,10 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
                          const torch::Tensor& bias, int64_t out_features, Epilogue epilogue) {
   TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), "the AVX2 int8 kernel needs AVX2 and FMA");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "the AVX2 int8 kernel takes 2-D fp32 activations");
-  TORCH_CHECK(packed.scalar_type() == torch::kInt8 && packed.dim() == 4 && packed.size(2) == GROUPS &&
-                  packed.size(3) == TILE_N * 4 && packed.is_contiguous(),
-              "packed is not the int8 kernel's packed weight layout");
   const auto xc = x.contiguous();
   const int64_t m = xc.size(0), k = xc.size(1), n_blocks = packed.size(0), k_blocks = packed.size(1);
   const bool gated = epilogue.gated;
-  TORCH_CHECK(k <= k_blocks * TILE_K && k > (k_blocks - 1) * TILE_K, "activations do not match the packed weight");
-  TORCH_CHECK(!gated || n_blocks % 2 == 0, "a gated weight holds (gate, up) block pairs");
-  TORCH_CHECK(out_features <= (gated ? n_blocks / 2 : n_blocks) * TILE_N && w_scale.numel() == n_blocks * TILE_N &&
-                  bias.numel() == n_blocks * TILE_N,
-              "bad output features");
+  vlabench_int8::check_call(k, packed, w_scale, bias, out_features, gated);
   auto y = torch::empty({m, out_features}, xc.options());
   if (m == 0) return y;
   const int64_t stride = k_blocks * TILE_K, groups = k_blocks * GROUPS;
@@ -197,22 +186,15 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   return y;
 }
 
-Activation activation_of(int64_t code, bool gated) {
-  TORCH_CHECK((code == 0 || code == 1) || (!gated && code == -1),
-              gated ? "a gated call's activation is 0 (SiLU) or 1 (GELU, tanh form)"
-                    : "activation is -1 (none), 0 (SiLU) or 1 (GELU, tanh form)");
-  return static_cast<Activation>(code);
-}
-
 // The operators' signatures and meaning are amx_int8.cpp's (fp32 activations only).
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                           const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, false), false});
+  return run_linear(x, packed, w_scale, bias, out_features, {vlabench_int8::activation_of(activation, false), false});
 }
 
 torch::Tensor int8_gated_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,
                                 const torch::Tensor& bias, int64_t out_features, int64_t activation) {
-  return run_linear(x, packed, w_scale, bias, out_features, {activation_of(activation, true), true});
+  return run_linear(x, packed, w_scale, bias, out_features, {vlabench_int8::activation_of(activation, true), true});
 }
 }  // namespace
 

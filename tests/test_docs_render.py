@@ -223,3 +223,16 @@ def test_the_expert_profile_marks_a_share_above_its_floor(tmp_path):
     marked = [line for line in text.splitlines() if render_docs.BEATEN_MARK in line]
     assert len(marked) == 1 and f"**{fast['variant']}**" in marked[0] and "120%" in marked[0]
     assert render_docs.BEATEN_NOTE in text
+
+
+def test_an_emulated_run_says_so_in_its_caption_and_its_target_line():
+    """The committed run under --max-cpu-isa avx2 names the class it emulated, the host and every cap, and its target
+    line says it is not a measurement on that class; a plain run's caption and target line say neither."""
+    plain = render_docs.render_backends(ROOT, "benchmarks/results/backends-smolvla-avx512-bf16-cpu.json", True)
+    assert "emulated" not in plain
+    artifact = "benchmarks/results/backends-smolvla-emulated-avx2-cpu.json"
+    cpu = json.loads((ROOT / artifact).read_text())["cpu"]
+    text = render_docs.render_backends(ROOT, artifact, True)
+    assert f"**emulated**: {cpu['emulates']}, on {cpu['model']}" in text
+    assert all(f"`{name}={value}`" in text for name, value in cpu["isa_caps"].items()) and len(cpu["isa_caps"]) == 5
+    assert "target for this CPU class, emulated: not a measurement on that class)" in text
