@@ -835,7 +835,7 @@ BLOCKS: dict[str, Block] = {
 for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
     _path = f"{RESULTS}/expert-profile-{_artifact}.json"
     BLOCKS[_block] = Block((_path,), partial(render_expert_profile, artifact=_path))
-for _kernel in ("amx", "vnni"):
+for _kernel in ("amx", "vnni", "avx2"):
     _artifact = f"{RESULTS}/{_kernel}-linear-smolvla-cpu.json"
     BLOCKS[f"{_kernel}-linear"] = Block((_artifact,), partial(render_amx_linear, artifact=_artifact))
 BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
