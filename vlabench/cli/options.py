@@ -107,7 +107,8 @@ QuantSchemeFlag = Annotated[
     TargetOption(
         help=contextual(
             "How int8 is quantized: openvino ptq (weights and activations) or weights (weight-only); onnxruntime "
-            "dynamic or qdq (static, calibrated).",
+            "dynamic or qdq (static, calibrated); torch and torch-compile amx, vnni or avx2 (vlabench's int8 kernel "
+            "paths) or torchao.",
             "each backend's first",
         )
     ),
