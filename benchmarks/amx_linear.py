@@ -29,6 +29,7 @@ from torch import nn
 
 from vlabench.backends.torch_quantize import Quantizer
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
+from vlabench.hardware.isa_cap import CAPS, emulation_entry, run_capped
 from vlabench.kernels import amx_int8
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
@@ -117,7 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-mib", type=float, default=192.0)
     parser.add_argument("--path", choices=tuple(amx_int8.ISAS), help="the kernel's path (default: the first that runs)")
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument(
+        "--max-cpu-isa",
+        choices=tuple(CAPS),
+        default=None,
+        help="emulate a lesser CPU class: vlabench and torchao's oneDNN capped to it; the artifact says so",
+    )
     args = parser.parse_args(argv)
+    run_capped(args.max_cpu_isa)
     console = Console(width=140)
     reasons = {isa: amx_int8.unavailable_reason(isa) for isa in ((args.path,) if args.path else amx_int8.ISAS)}
     args.path = next((isa for isa, reason in reasons.items() if reason is None), None)
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernel": args.path,
             "model": args.model,
             "threads": args.threads,
-            "cpu": {"model": read_cpu_model(), "flags": flags},
+            "cpu": {"model": read_cpu_model(), "flags": flags, **emulation_entry()},
             "shapes": records,
         }
         args.json_out.write_text(json.dumps(report, indent=2) + "\n")

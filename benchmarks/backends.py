@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -41,7 +40,7 @@ from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.devices import resolve_device
-from vlabench.hardware.isa_cap import CAPS, ENV, active_cap, recorded_caps, runtime_environment
+from vlabench.hardware.isa_cap import CAPS, ENV, active_cap, emulation_entry, recorded_caps, run_capped
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload
@@ -62,15 +61,6 @@ TARGETS = {"amx": (4.5, 0.60), "no-native-bf16": (2.0, None)}
 
 UNCAPPED = {"onnxruntime": "its MLAS kernels have no ISA cap, so they would run this CPU's full instruction set"}
 """Backends whose kernels ignore the ISA caps (``--max-cpu-isa``): left out of an emulated run, with why."""
-
-
-def emulate(name: str | None) -> None:
-    """Under ``--max-cpu-isa name``, run this script again in a process whose environment caps vlabench and every
-    runtime (``isa_cap.runtime_environment``): the runtimes read their caps once, when they load."""
-    if name is None or active_cap() == name:
-        return
-    environment = {**os.environ, **runtime_environment(name)}
-    os.execve(sys.executable, [sys.executable, *sys.argv], environment)
 
 
 def cpu_class(flags: set[str]) -> str:
@@ -366,7 +356,7 @@ def main() -> None:
         "has no cap, is left out); the artifact says so",
     )
     args = parser.parse_args()
-    emulate(args.max_cpu_isa)
+    run_capped(args.max_cpu_isa)
     flags = read_cpu_flags()
     kind = cpu_class(flags)
     console.print(f"CPU: {read_cpu_model()} ({kind}); flags: {' '.join(f for f in FLAGS_SHOWN if f in flags)}")
@@ -428,7 +418,7 @@ def main() -> None:
                 "model": read_cpu_model(),
                 "class": kind,
                 "flags": [f for f in FLAGS_SHOWN if f in flags],
-                **({"emulates": CAPS[active_cap()].stands_for, "isa_caps": recorded_caps()} if active_cap() else {}),
+                **emulation_entry(),
             },
             "variants": records,
             "skipped": skipped,

@@ -810,7 +810,7 @@ def render_amx_linear(root: Path, artifact: str) -> str:
     header += ["cold ×", f"{kernel} cold TOP/s", f"{kernel} cold weight GB/s"]
     intro = (
         f"`{doc['model']}` action expert shapes, {doc['threads']} threads, {doc['cpu']['model']}, flags "
-        f"{', '.join(doc['cpu']['flags'])}; median (min–max) ms per call:"
+        f"{', '.join(doc['cpu']['flags'])}{emulation(doc['cpu'])}; median (min–max) ms per call:"
     )
     return captioned(intro, table(header, rows, "lrrrrrrrr"), meta)
 

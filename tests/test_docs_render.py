@@ -236,3 +236,6 @@ def test_an_emulated_run_says_so_in_its_caption_and_its_target_line():
     assert f"**emulated**: {cpu['emulates']}, on {cpu['model']}" in text
     assert all(f"`{name}={value}`" in text for name, value in cpu["isa_caps"].items()) and len(cpu["isa_caps"]) == 5
     assert "target for this CPU class, emulated: not a measurement on that class)" in text
+    linear = render_docs.render_amx_linear(ROOT, "benchmarks/results/avx2-linear-smolvla-cpu.json")
+    assert "**emulated**: an x86-64-v3 CPU" in linear and "`ONEDNN_MAX_CPU_ISA=AVX2`" in linear
+    assert "emulated" not in render_docs.render_amx_linear(ROOT, "benchmarks/results/vnni-linear-smolvla-cpu.json")

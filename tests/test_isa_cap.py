@@ -133,3 +133,24 @@ def test_openvino_ptq_takes_the_overflow_fix_only_without_vnni(monkeypatch):
     text = openvino_quantize.describe("int8", "ptq", avx2)
     assert "overflow fix enable: every layer's weights in 7 bits" in text
     assert "overflow fix first_layer_only)" in openvino_quantize.describe("int8", "ptq", vnni)
+
+
+def test_the_linear_benchmark_reruns_itself_under_every_cap_and_says_so(tmp_path):
+    """``amx_linear.py --max-cpu-isa avx2`` re-executes under vlabench's and the runtimes' caps: the AVX2 path runs,
+    the flags above the cap are gone from the artifact, which names the class it emulated and each cap."""
+    pytest.importorskip("torchao")
+    from tests.test_benchmark_scripts import BENCHMARKS
+    from vlabench.kernels import amx_int8
+
+    if amx_int8.unavailable_reason("avx2"):
+        pytest.skip(f"the avx2 path cannot run here: {amx_int8.unavailable_reason('avx2')}")
+    out = tmp_path / "linear.json"
+    command = [sys.executable, str(BENCHMARKS / "amx_linear.py"), "--model", "smolvla-tiny", "--calls", "3"]
+    command += ["--repeats", "1", "--cold-mib", "0.5", "--max-cpu-isa", "avx2", "--json-out", str(out)]
+    environment = {name: value for name, value in os.environ.items() if name != ENV}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["kernel"] == "avx2" and doc["cpu"]["isa_caps"] == runtime_environment("avx2")
+    assert "AMD Zen 2 and 3" in doc["cpu"]["emulates"]
+    assert not [flag for flag in doc["cpu"]["flags"] if flag.startswith(("avx512", "amx"))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 from dataclasses import dataclass, field
 
 from vlabench.errors import InputError
@@ -90,3 +91,18 @@ def runtime_environment(name: str) -> dict[str, str]:
 def recorded_caps() -> dict[str, str]:
     """The caps set in this process's environment (vlabench's and the runtimes'), for a result's provenance."""
     return {name: os.environ[name] for name in (ENV, *RUNTIME_VARIABLES) if os.environ.get(name)}
+
+
+def run_capped(name: str | None) -> None:
+    """Under cap ``name``, run this script again in a process whose environment caps vlabench and every runtime
+    (``runtime_environment``; the runtimes read their caps once, when they load); nothing without one, or when this
+    process already runs under it."""
+    if name is None or active_cap() == name:
+        return
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **runtime_environment(name)})
+
+
+def emulation_entry() -> dict[str, object]:
+    """What a benchmark artifact's ``cpu`` entry adds under a cap: the class emulated and every cap set."""
+    name = active_cap()
+    return {"emulates": CAPS[name].stands_for, "isa_caps": recorded_caps()} if name else {}
