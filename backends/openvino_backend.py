@@ -24,7 +24,6 @@ from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
 from vlabench.backends.openvino_quantize import (
     DEFAULT_SCHEME,
     SCHEMES,
-    VNNI_FLAGS,
     Calibration,
     check_scheme,
     describe,
@@ -32,7 +31,7 @@ from vlabench.backends.openvino_quantize import (
     quantized_ir,
 )
 from vlabench.errors import UnavailableError
-from vlabench.hardware.detection import NATIVE_BF16_FLAGS, read_cpu_flags
+from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.hardware.isa_cap import active_cap
 from vlabench.hardware.targets import ExecutionTarget, openvino_engine
 from vlabench.measure.action_loops import make_sampler
@@ -44,7 +43,7 @@ from vlabench.vocab import Precision
 ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 """Float run precision -> OpenVINO inference precision (quantized graphs: ``OpenVinoBackend.inference_type``)."""
 CAPABILITIES = {"FP32": "fp32", "BF16": "bf16", "FP16": "fp16"}  # OPTIMIZATION_CAPABILITIES -> run precision
-CPU_FLAGS_FOR = {"BF16": NATIVE_BF16_FLAGS, "FP16": frozenset({"avx512_fp16", "amx_fp16"})}
+CPU_FLAGS_FOR = {"BF16": NATIVE_BF16_FLAGS, "FP16": NATIVE_FP16_FLAGS}
 """The CPU flags behind a capability, for capped runs (``capabilities``)."""
 
 
@@ -309,7 +308,7 @@ class OpenVinoBackend(Backend):
         supported = [self.core.get_property(name, "SUPPORTED_PROPERTIES") for name in self.hardware()]
         if all("INFERENCE_NUM_THREADS" in properties for properties in supported):  # a CPU-plugin setting
             config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
-        if precision == "int4" and active_cap() and not read_cpu_flags() & VNNI_FLAGS:
+        if precision == "int4" and active_cap() and not read_cpu_flags() & INT8_DOT_FLAGS:
             # Under an ISA cap without VNNI the plugin still enables int8 dynamic quantization from its own reading
             # of the CPU, for which its capped oneDNN then has no inner-product kernel: the compile fails.
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0

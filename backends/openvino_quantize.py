@@ -33,9 +33,8 @@ import numpy as np
 from vlabench.backends.onnx_export import cache_root
 from vlabench.backends.openvino_ir import IR_FORMAT, IrModel, cached_ir, ir_key, openvino_version
 from vlabench.errors import UnavailableError
-from vlabench.hardware.detection import read_cpu_flags
+from vlabench.hardware.detection import INT8_DOT_FLAGS, read_cpu_flags
 
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})  # an int8 dot product accumulating in int32
 OVERFLOW_FIX_WORDS = {"enable": ": every layer's weights in 7 bits, for VPMADDUBSW's int16 sums"}
 CALIBRATION_SEED_OFFSET = 1_000_003  # calibration observations start here past the run's seed
 CALIBRATION_OBSERVATIONS = 8  # observations sampled for PTQ ranges (each gives one sample per graph call)
@@ -78,7 +77,7 @@ def overflow_fix() -> str:
     """NNCF's overflow fix for PTQ weights: on CPUs without an int8 dot product into int32 (no VNNI or AMX), the
     int8 kernels multiply with AVX2's ``VPMADDUBSW``, whose int16 pair sums saturate for full-range weights, so every
     layer's weights take the 7-bit range ("enable"); elsewhere NNCF's default ("first_layer_only")."""
-    return "first_layer_only" if read_cpu_flags() & VNNI_FLAGS else "enable"
+    return "first_layer_only" if read_cpu_flags() & INT8_DOT_FLAGS else "enable"
 
 
 def scheme_identity(precision: str, scheme: str, seed: int) -> dict[str, Any]:

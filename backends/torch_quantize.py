@@ -51,12 +51,8 @@ GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU
 INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
 INT4_ACTIVATIONS = torch.bfloat16
-INT8_SCHEMES = (
-    "amx",
-    "vnni",
-    "avx2",
-    "torchao",
-)  # CPU int8, for --quant-scheme; the default is the first that runs here
+# CPU int8, for --quant-scheme; the default is the first that runs here
+INT8_SCHEMES = ("amx", "vnni", "avx2", "torchao")
 KERNEL_SCHEMES = {
     "amx": "vlabench AMX int8 kernel (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
     "int32 accumulation on AMX tiles; float parts in bf16, short-query attention on vlabench's AMX bf16 kernel)",

@@ -25,12 +25,12 @@
 
 namespace {
 using vlabench_amx::C_TILES;
-using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::TILE_K, vlabench_int8::TILE_N;
+using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::QUANTIZE_INLINE_VALUES, vlabench_int8::TILE_K,
+    vlabench_int8::TILE_N;
 constexpr int TILE_M = vlabench_amx::TILE_ROWS;
 static_assert(TILE_K == vlabench_amx::TILE_ROW_BYTES, "a packed block row is one AMX tile row");
 constexpr int TILE_BYTES = TILE_M * TILE_K;
 constexpr int PREFETCH_TILES = 16;  // whole weight tiles prefetched ahead of the one in use
-constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
 
 // 16 activations as fp32, from fp32 or bf16 (a bf16 is the upper half of an fp32).
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }

@@ -45,11 +45,22 @@ ISAS: dict[str, tuple[str, ...]] = {
 """The kernel's paths, fastest first, with the CPU flags each needs (the VNNI path's bf16 activations also need
 avx512_bf16; without it the float parts stay fp32, see ``float_dtype``)."""
 ATTENTION_UNITS = ("amx", "avx512")  # the bf16 attention's paths (amx_attention.py): AMX tiles, or VDPBF16PS
-AVX512_FLAGS = ["-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
 EXTENSIONS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     "avx512": (
         ("amx_int8.cpp", "amx_attention.cpp", "amx_tiles.h", "int8_call.h", "vector_math.h"),
-        ["-O3", *AVX512_FLAGS, "-mavx512bf16", "-mavx512vnni", "-fopenmp"],
+        [
+            "-O3",
+            "-mamx-tile",
+            "-mamx-int8",
+            "-mamx-bf16",
+            "-mavx512f",
+            "-mavx512bw",
+            "-mavx512vl",
+            "-mavx512dq",
+            "-mavx512bf16",
+            "-mavx512vnni",
+            "-fopenmp",
+        ],
     ),
     "avx2": (("avx2_int8.cpp", "int8_call.h"), ["-O3", "-mavx2", "-mfma", "-fopenmp"]),
 }
@@ -103,7 +114,8 @@ def float_dtype(isa: str = "amx") -> torch.dtype:
 def extension(name: str = "avx512") -> str:
     """Builds (once per source version, then from torch's extension cache) and loads one of the ``EXTENSIONS``,
     registering its operators; returns the library's path."""
-    reasons = [unavailable_reason(isa) for isa, built_in in ISA_EXTENSION.items() if built_in == name]
+    isas = [isa for isa, built_in in ISA_EXTENSION.items() if built_in == name]
+    reasons = [unavailable_reason(isa) for isa in isas]
     if all(reasons):
         raise UnavailableError(reasons[-1])
     from torch.utils.cpp_extension import load
@@ -123,7 +135,7 @@ def extension(name: str = "avx512") -> str:
     except (RuntimeError, OSError) as exc:  # compiler errors arrive as RuntimeError with the build log
         tail = "\n".join(str(exc).strip().splitlines()[-5:])
         raise UnavailableError(f"building the {name} int8 kernels failed:\n{tail}") from exc
-    for isa in (isa for isa, built_in in ISA_EXTENSION.items() if built_in == name):
+    for isa in isas:
         torch.library.register_fake(f"vlabench::{isa}_int8_linear")(_output_like)
         torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
     for unit in ATTENTION_UNITS if name == "avx512" else ():

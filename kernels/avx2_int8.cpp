@@ -20,7 +20,8 @@
 #include "int8_call.h"
 
 namespace {
-using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::TILE_K, vlabench_int8::TILE_N;
+using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::QUANTIZE_INLINE_VALUES, vlabench_int8::TILE_K,
+    vlabench_int8::TILE_N;
 constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte block row
 constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 + 4 + 1 of 16 ymm)
 constexpr int64_t CHUNK = 64;  // rows of x per pass over the weight
@@ -153,7 +154,7 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   const float* xp = xc.data_ptr<float>();
   int8_t* q = codes.data_ptr<int8_t>();
   float* xs = x_scale.data_ptr<float>();
-  at::parallel_for(0, m, std::max<int64_t>(16, (1 << 15) / k), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, m, std::max<int64_t>(16, QUANTIZE_INLINE_VALUES / k), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, q + i * stride);
   });
   const int8_t* wp = packed.data_ptr<int8_t>();

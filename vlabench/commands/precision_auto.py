@@ -13,15 +13,14 @@ from vlabench.analysis.memory import estimate_footprint
 from vlabench.commands.run import RunPlan, prepare_checked, seeded_inputs
 from vlabench.commands.run_checks import plan_caveats
 from vlabench.errors import VlabenchError
-from vlabench.hardware.detection import NATIVE_BF16_FLAGS, read_cpu_flags
+from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.measure.action_loops import make_sampler
 from vlabench.measure.correctness import TOLERANCES, compare, needs_reference, reference_actions
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.measure.timing import plain_inference
 from vlabench.vocab import Precision
 
-NATIVE_FP16_FLAGS = frozenset({"amx_fp16", "avx512_fp16"})
-NATIVE_INT8_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni", "avx2"})
+NATIVE_INT8_FLAGS = INT8_DOT_FLAGS | {"avx2"}
 CPU_FLAGS = {"bf16": NATIVE_BF16_FLAGS, "fp16": NATIVE_FP16_FLAGS, "int8": NATIVE_INT8_FLAGS, "int4": NATIVE_INT8_FLAGS}
 """The CPU flags under which a precision's matrix products run in hardware (int4 weights are unpacked to int8
 operands; AVX2's int8 product is VPMADDUBSW, which every int8 runtime here uses on such CPUs); without them the

@@ -66,6 +66,9 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
 
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+NATIVE_FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
+INT8_DOT_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni"})
+"""An int8 dot product accumulating in int32; without one, x86 int8 kernels use AVX2's saturating VPMADDUBSW."""
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
