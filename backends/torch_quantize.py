@@ -59,8 +59,8 @@ KERNEL_SCHEMES = {
     "vnni": "vlabench int8 kernel on AVX512-VNNI (weights int8 per-channel symmetric, activations int8 per-token "
     "dynamic, int32 accumulation with VPDPBUSD; float parts in {float_parts}; in bf16, short-query attention on "
     "vlabench's attention kernel with VDPBF16PS)",
-    "avx2": "vlabench int8 kernel on AVX2 (weights int8 per-channel symmetric, activations int8 per-token dynamic, "
-    "int32 accumulation with VPMADDUBSW on |w| and sign-adjusted activations, then VPMADDWD; float parts in "
+    "avx2": "vlabench int8 kernel on AVX2 (weights 7-bit per-channel symmetric, activations int8 per-token dynamic, "
+    "int32 accumulation with VPMADDUBSW on activation codes offset to u8, then VPMADDWD; float parts in "
     "{float_parts})",
 }
 """The int8 schemes on vlabench's own kernel (``kernels/amx_int8.py``), named by the path they take."""

@@ -9,7 +9,7 @@ torchao's dynamic int8 (weights per-channel symmetric, activations per-token sym
 go in and come out as they are. The same packed weight runs through the kernel's other paths (``ISAS``), with the
 same scheme, the same int32 sums and the same fp32 epilogue: on CPUs without AMX but with AVX512-VNNI (AMD Zen 4
 and 5, Intel Ice Lake and Cascade Lake) a VNNI path, and on CPUs with only AVX2 (AMD Zen 2 and 3, Intel Haswell to
-Skylake client) an AVX2 path (``avx2_int8.cpp``, fp32 activations).
+Skylake client) an AVX2 path (``avx2_int8.cpp``, fp32 activations, 7-bit weight codes: ``WEIGHT_QMAX``).
 
 It is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about a minute, then
 cached by torch under ``TORCH_EXTENSIONS_DIR``) into two libraries (``EXTENSIONS``): the AMX and VNNI paths with the
@@ -69,7 +69,10 @@ attention, and the AVX2 path alone, built without AVX-512 so an AVX2-only CPU ca
 ISA_EXTENSION = {"amx": "avx512", "vnni": "avx512", "avx2": "avx2"}
 TILE_N = 16  # output features are padded to whole 16-column tiles
 TILE_K = 64  # input features are padded to whole 64-byte k blocks
-QMAX = 127.0
+WEIGHT_QMAX = {"amx": 127, "vnni": 127, "avx2": 63}
+"""Per path, the weight codes' range [-q, q]: 8 bits, or 7 on AVX2, whose VPMADDUBSW sums u8 x s8 pairs into a
+saturating int16 (the activation codes go in offset to u8, so 2 x 255 x 63 is the largest pair sum that stays
+exact; OpenVINO and oneDNN quantize weights for AVX2 the same way)."""
 ACTIVATION_CODES = {"silu": 0, "gelu_tanh": 1}  # an MLP's activation -> the kernel epilogue's activation code
 NO_ACTIVATION = -1
 KERNEL_DTYPES = {
@@ -156,12 +159,13 @@ def _attention_like(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale:
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-output-channel symmetric int8: (codes [N, K], scales [N]), scale = absmax / 127 (1 for a zero row)."""
+def quantize_weight(weight: Tensor, qmax: int = 127) -> tuple[Tensor, Tensor]:
+    """Per-output-channel symmetric int8: (codes [N, K] in [-qmax, qmax], scales [N]), scale = absmax / qmax (1 for
+    a zero row)."""
     weight = weight.detach().float()
     absmax = weight.abs().amax(dim=1)
-    scales = torch.where(absmax > 0, absmax / QMAX, torch.ones_like(absmax))
-    codes = torch.round(weight / scales[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    scales = torch.where(absmax > 0, absmax / qmax, torch.ones_like(absmax))
+    codes = torch.round(weight / scales[:, None]).clamp(-qmax, qmax).to(torch.int8)
     return codes, scales
 
 
@@ -192,7 +196,7 @@ class Int8Linear(nn.Module):
         self.isa = isa
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.activation: str | None = None
-        codes, scales = quantize_weight(linear.weight)
+        codes, scales = quantize_weight(linear.weight, WEIGHT_QMAX[isa])
         padded = -(-self.out_features // TILE_N) * TILE_N
         bias = linear.bias.detach().float() if linear.bias is not None else scales.new_zeros(self.out_features)
         extension(ISA_EXTENSION[isa])

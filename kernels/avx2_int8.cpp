@@ -3,11 +3,13 @@
 // AVX2 and FMA enabled, so nothing in this library can execute an AVX-512 instruction.
 //
 // y[m, n] = (q(x)[m, :] . W[n, :]) * x_scale[m] * w_scale[n] + bias[n]
-// x is quantized per row (symmetric int8, scale = absmax / 127, codes in [-127, 127]), W per output channel. AVX2 has
-// no int8 dot product that accumulates in int32, only VPMADDUBSW (u8 x s8 pairs summed into a saturating int16) and
-// VPMADDWD: the weights go in as |w| (u8) and the activations as sign(w) * x (VPSIGNB), so a pair sums at most
-// 2 x 127 x 127 = 32258 and never saturates; the int32 sums are exact and equal the other paths'. The fp32 rescale,
-// activation and rounding are the same operations as the AVX-512 epilogue's, so the outputs match the VNNI path's.
+// x is quantized per row (symmetric int8, scale = absmax / 127, codes in [-127, 127]), W per output channel to 7 bits
+// (amx_int8.py's WEIGHT_QMAX: codes in [-63, 63], the scheme OpenVINO and oneDNN use on AVX2). AVX2 has no int8 dot
+// product that accumulates in int32, only VPMADDUBSW (u8 x s8 pairs summed into a saturating int16) and VPMADDWD:
+// the activation codes go in offset by 128 (u8 in [1, 255]), so a pair sums at most 2 x 255 x 63 = 32130 and never
+// saturates, and 128 x each column's sum (the offset row's product with the block, once per call) comes off the int32
+// sums, which are then exact and equal the other paths' on the same codes. The fp32 rescale, activation and rounding
+// are the same operations as the AVX-512 epilogue's, so the outputs match the VNNI path's on the same packed weight.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "int8_call.h"
 
@@ -23,8 +26,9 @@ namespace {
 using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::QUANTIZE_INLINE_VALUES, vlabench_int8::TILE_K,
     vlabench_int8::TILE_N;
 constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte block row
-constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 + 4 + 1 of 16 ymm)
+constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 sums + 4 of 16 ymm)
 constexpr int64_t CHUNK = 64;  // rows of x per pass over the weight
+constexpr int OFFSET = 128;  // added to each activation code: VPMADDUBSW multiplies unsigned bytes by signed ones
 
 // exp(x) for x <= 0 (vector_math.h's, on 8 lanes: 2^n * p(r), the same operations and constants, so the same
 // values); 2^n is built in the exponent bits, n >= -126 above the -87 cut.
@@ -66,9 +70,10 @@ inline __m256 activate(Activation activation, __m256 v) {
   return v;
 }
 
-// Row `row` of x quantized into `codes` (k_padded bytes, zero past k); returns its scale. Each code is
-// round-to-nearest-even of x * (1 / scale), saturated to int8, as in amx_int8.cpp's quantize_row.
-float quantize_row(const float* row, int64_t k, int8_t* codes) {
+// Row `row` of x quantized into `codes` (k bytes; the padding past k meets zero weights); returns its scale. Each code
+// is round-to-nearest-even of x * (1 / scale), saturated to int8, as in amx_int8.cpp's quantize_row, and stored offset
+// by 128 as a u8 (VPMADDUBSW's unsigned operand).
+float quantize_row(const float* row, int64_t k, uint8_t* codes) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps();
   int64_t j = 0;
@@ -83,32 +88,29 @@ float quantize_row(const float* row, int64_t k, int8_t* codes) {
     const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));
     const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
     const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), eight);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_xor_si128(eight, _mm_set1_epi8(-128)));
   }
   for (; j < k; ++j)
-    codes[j] = static_cast<int8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)));
+    codes[j] = static_cast<uint8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)) + OFFSET);
   return scale;
 }
 
-// R rows of x's codes (`stride` bytes apart) times one 16-column block of the packed weight (`groups` 64-byte k
-// groups: 16 columns x 4 k); the int32 sums land in sums[R][16].
+// R rows of x's offset codes (`stride` bytes apart) times one 16-column block of the packed weight (`groups` 64-byte
+// k groups: 16 columns x 4 k); the int32 sums (of the offset codes) land in sums[R][16].
 template <int R>
-void multiply_rows(const int8_t* x, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
+void multiply_rows(const uint8_t* x, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   for (int64_t g = 0; g < groups; ++g) {
     const __m256i w_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64));
     const __m256i w_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64 + 32));
-    const __m256i magnitude_low = _mm256_abs_epi8(w_low), magnitude_high = _mm256_abs_epi8(w_high);
     for (int r = 0; r < R; ++r) {
       int32_t four;
       std::memcpy(&four, x + r * stride + g * 4, sizeof four);
       const __m256i codes = _mm256_set1_epi32(four);
-      const __m256i low = _mm256_maddubs_epi16(magnitude_low, _mm256_sign_epi8(codes, w_low));
-      const __m256i high = _mm256_maddubs_epi16(magnitude_high, _mm256_sign_epi8(codes, w_high));
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(low, ones));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(high, ones));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, w_low), ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, w_high), ones));
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -118,16 +120,19 @@ void multiply_rows(const int8_t* x, int64_t stride, const int8_t* b, int64_t gro
 }
 
 // Every row of x (`m` rows) times one 16-column block, ROWS rows per pass over the block (from L1 after the first).
-void multiply_block(const int8_t* x, int64_t m, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
+void multiply_block(const uint8_t* x, int64_t m, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
   int64_t i = 0;
   for (; i + ROWS <= m; i += ROWS) multiply_rows<ROWS>(x + i * stride, stride, b, groups, sums + i * TILE_N);
   for (; i < m; ++i) multiply_rows<1>(x + i * stride, stride, b, groups, sums + i * TILE_N);
 }
 
-// Eight of a row's outputs: the sums rescaled (sum * x_scale, then fused w_scale * . + bias), as the AVX-512
-// epilogue computes them.
-inline __m256 rescaled(const int32_t* sums, float x_scale, const float* w_scale, const float* bias) {
-  const __m256 sum = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+// Eight of a row's outputs: the sums of the codes (the offset codes' sums less 128 x the column sums, `offsets`)
+// rescaled (sum * x_scale, then fused w_scale * . + bias), as the AVX-512 epilogue computes them.
+inline __m256 rescaled(const int32_t* sums, const int32_t* offsets, float x_scale, const float* w_scale,
+                       const float* bias) {
+  const __m256i exact = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)));
+  const __m256 sum = _mm256_cvtepi32_ps(exact);
   return _mm256_fmadd_ps(_mm256_mul_ps(sum, _mm256_set1_ps(x_scale)), _mm256_loadu_ps(w_scale),
                          _mm256_loadu_ps(bias));
 }
@@ -149,10 +154,10 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   auto y = torch::empty({m, out_features}, xc.options());
   if (m == 0) return y;
   const int64_t stride = k_blocks * TILE_K, groups = k_blocks * GROUPS;
-  auto codes = torch::zeros({m, stride}, torch::kInt8);
+  auto codes = torch::empty({m, stride}, torch::kUInt8);
   auto x_scale = torch::empty({m}, torch::kFloat);
   const float* xp = xc.data_ptr<float>();
-  int8_t* q = codes.data_ptr<int8_t>();
+  uint8_t* q = codes.data_ptr<uint8_t>();
   float* xs = x_scale.data_ptr<float>();
   at::parallel_for(0, m, std::max<int64_t>(16, QUANTIZE_INLINE_VALUES / k), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) xs[i] = quantize_row(xp + i * k, k, q + i * stride);
@@ -161,24 +166,33 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   const float* ws = w_scale.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  const std::vector<uint8_t> offset_row(stride, OFFSET);  // 128 x a column's sum is its dot product with this row
   // One task per 16 output columns (a gated call: a (gate, up) block pair), as in amx_int8.cpp: each thread reads
   // its blocks' weight as one stream, once per CHUNK rows of x (whose codes stay in L2 meanwhile).
   at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
     alignas(32) int32_t sums[CHUNK * TILE_N], up_sums[CHUNK * TILE_N];
+    std::vector<int32_t> offsets((end - begin) * 2 * TILE_N);  // per task: its block's and its up block's
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t nb = gated ? 2 * task : task;
+      for (int64_t block = nb; block <= nb + gated; ++block)
+        multiply_rows<1>(offset_row.data(), 0, wp + block * stride * TILE_N, groups,
+                         offsets.data() + (2 * (task - begin) + block - nb) * TILE_N);
+    }
     for (int64_t m0 = 0; m0 < m; m0 += CHUNK) {
       const int64_t rows = std::min<int64_t>(CHUNK, m - m0);
       for (int64_t task = begin; task < end; ++task) {
         const int64_t nb = gated ? 2 * task : task, up = gated ? nb + 1 : nb, n0 = task * TILE_N;
         multiply_block(q + m0 * stride, rows, stride, wp + nb * stride * TILE_N, groups, sums);
         if (gated) multiply_block(q + m0 * stride, rows, stride, wp + up * stride * TILE_N, groups, up_sums);
+        const int32_t* offset = offsets.data() + 2 * (task - begin) * TILE_N;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t column = 0; column < TILE_N && column < out_features - n0; column += 8) {
             const float scale = xs[m0 + r];
-            __m256 value = activate(epilogue.activation, rescaled(sums + r * TILE_N + column, scale,
+            __m256 value = activate(epilogue.activation, rescaled(sums + r * TILE_N + column, offset + column, scale,
                                                                   ws + nb * TILE_N + column, bp + nb * TILE_N + column));
             if (gated)
-              value = _mm256_mul_ps(value, rescaled(up_sums + r * TILE_N + column, scale, ws + up * TILE_N + column,
-                                                    bp + up * TILE_N + column));
+              value = _mm256_mul_ps(value, rescaled(up_sums + r * TILE_N + column, offset + TILE_N + column, scale,
+                                                    ws + up * TILE_N + column, bp + up * TILE_N + column));
             store8(yp + (m0 + r) * out_features + n0 + column, out_features - n0 - column, value);
           }
       }

@@ -4,6 +4,7 @@ family; where a path cannot run, why, and the fallback."""
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
@@ -33,19 +34,25 @@ def isa(request) -> str:
     return request.param
 
 
-def symmetric_codes(rows: torch.Tensor, multiply_by_inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric int8 codes (round half to even) and scales absmax / 127, in fp32 (1 for a zero row)."""
-    scale = rows.abs().amax(dim=1, keepdim=True) / 127
+WEIGHT_QMAX = {"amx": 127, "vnni": 127, "avx2": 63}  # the AVX2 path's weights are 7-bit (VPMADDUBSW's int16 pairs)
+
+
+def symmetric_codes(
+    rows: torch.Tensor, multiply_by_inverse: bool, qmax: int = 127
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric codes in [-qmax, qmax] (round half to even) and scales absmax / qmax, in fp32 (1 for a zero
+    row)."""
+    scale = rows.abs().amax(dim=1, keepdim=True) / qmax
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     scaled = rows * (1 / scale) if multiply_by_inverse else rows / scale  # the kernel multiplies by the inverse
-    return torch.round(scaled).clamp(-127, 127), scale
+    return torch.round(scaled).clamp(-qmax, qmax), scale
 
 
-def reference(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
-    """The scheme in plain torch: rows of x and of W quantized to int8, exact integer dot products (float64),
-    rescaled."""
+def reference(x: torch.Tensor, linear: torch.nn.Linear, isa: str) -> torch.Tensor:
+    """The scheme in plain torch: rows of x quantized to int8 and of W to the ``isa`` path's weight codes, exact
+    integer dot products (float64), rescaled."""
     x_codes, x_scale = symmetric_codes(x.reshape(-1, linear.in_features).float(), multiply_by_inverse=True)
-    w_codes, w_scale = symmetric_codes(linear.weight.detach().float(), multiply_by_inverse=False)
+    w_codes, w_scale = symmetric_codes(linear.weight.detach().float(), False, WEIGHT_QMAX[isa])
     out = (x_codes.double() @ w_codes.double().t()) * x_scale.double() * w_scale.double().t()
     if linear.bias is not None:
         out = out + linear.bias.double()
@@ -65,7 +72,7 @@ def test_matches_the_integer_reference(rows, in_features, out_features, bias, is
     x = torch.randn(rows, in_features) * 3
     out = amx_int8.Int8Linear(linear, isa)(x)
     assert out.shape == (rows, out_features) and out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), reference(x, linear), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), reference(x, linear, isa), rtol=1e-5, atol=1e-5)
 
 
 def test_keeps_batch_dims_and_dtype_and_zero_rows(isa):
@@ -76,7 +83,7 @@ def test_keeps_batch_dims_and_dtype_and_zero_rows(isa):
     out = amx_int8.Int8Linear(linear, isa)(x)
     assert out.shape == (2, 5, 48) and out.dtype == torch.bfloat16
     torch.testing.assert_close(out[1, 3].float(), linear.bias.detach().to(torch.bfloat16).float())
-    torch.testing.assert_close(out.double(), reference(x.float(), linear), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out.double(), reference(x.float(), linear, isa), rtol=2e-2, atol=2e-2)
 
 
 def test_other_float_dtypes_go_through_fp32_and_come_back_in_their_own(isa):
@@ -142,7 +149,7 @@ def test_the_gated_call_is_the_activated_gate_times_up(activation, rows, hidden,
     epilogue (outputs off 16 and row counts around the tiles)."""
     mlp, fused = gated_pair(hidden, intermediate, activation, rows + hidden, isa)
     x = torch.randn(rows, hidden) * 3
-    gate, up = reference(x, mlp.gate_proj), reference(x, mlp.up_proj)
+    gate, up = reference(x, mlp.gate_proj, isa), reference(x, mlp.up_proj, isa)
     expected = ACTIVATIONS[activation](gate) * up
     with torch.inference_mode():
         out = fused(x)
@@ -179,7 +186,9 @@ def test_the_activation_is_taken_in_the_epilogue(activation, rows, in_features, 
     x = torch.randn(rows, in_features) * 3
     with torch.inference_mode():
         out = module(x)
-        torch.testing.assert_close(out.double(), ACTIVATIONS[activation](reference(x, linear)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            out.double(), ACTIVATIONS[activation](reference(x, linear, isa)), rtol=1e-5, atol=1e-5
+        )
         x16 = x.to(torch.bfloat16)
         assert torch.equal(module(x16), module(x16.float()).to(torch.bfloat16))
         assert torch.equal(torch.compile(module, fullgraph=True, dynamic=False)(x16), module(x16))
@@ -304,28 +313,42 @@ def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_
         torch_quantize.choose_int8_scheme(torch.device("cuda"), "amx")
 
 
+def on_path(module: torch.nn.Module, isa: str) -> torch.nn.Module:
+    """A copy of an int8 module (its packed weight as it is) whose calls go to the kernel's ``isa`` path."""
+    twin = copy.deepcopy(module)
+    twin.isa = isa
+    return twin
+
+
 @pytest.mark.skipif(REASONS["vnni"] or REASONS["avx2"], reason=f"needs the vnni and avx2 paths: {REASONS}")
 @pytest.mark.parametrize("activation", [None, *sorted(ACTIVATIONS)])
 @pytest.mark.parametrize(("rows", "in_features", "out_features"), [(50, 720, 2048), (7, 33, 5), (130, 100, 40)])
 def test_the_avx2_path_gives_the_vnni_paths_fp32_outputs_bit_for_bit(activation, rows, in_features, out_features):
-    """Same codes, exact int32 sums (no int16 saturation at the codes' extremes) and the same epilogue operations:
-    the same fp32 outputs, plain and gated, tails included."""
+    """On the same (7-bit) packed weight: exact int32 sums (the activation codes offset to u8, no int16 saturation
+    at the codes' extremes, the offset taken off again) and the same epilogue operations give the same fp32 outputs,
+    plain and gated, tails included."""
     torch.manual_seed(rows + in_features)
     linear = torch.nn.Linear(in_features, out_features)
     with torch.no_grad():
-        linear.weight[0] = linear.weight.abs().max()  # codes of +-127 against +-127: the largest pair sums
+        linear.weight[0] = linear.weight.abs().max()  # codes of +-63 against +-127: the largest pair sums
         linear.weight[-1, ::2] = -linear.weight.abs().max()
     x = torch.randn(rows, in_features) * 3
     x[0] = x[0].abs().max() * torch.sign(torch.randn(in_features))
-
-    def on(isa: str) -> amx_int8.Int8Linear:
-        return on_kernel_with(activation, linear, isa) if activation else amx_int8.Int8Linear(linear, isa)
-
-    assert torch.equal(on("avx2")(x), on("vnni")(x))
+    avx2 = on_kernel_with(activation, linear, "avx2") if activation else amx_int8.Int8Linear(linear, "avx2")
+    assert avx2.packed.abs().max() == 63
+    assert torch.equal(avx2(x), on_path(avx2, "vnni")(x))
     if activation:
-        _, vnni = gated_pair(in_features, out_features, activation, rows, "vnni")
-        _, avx2 = gated_pair(in_features, out_features, activation, rows, "avx2")
-        assert torch.equal(avx2(x), vnni(x))
+        _, gated = gated_pair(in_features, out_features, activation, rows, "avx2")
+        assert torch.equal(gated(x), on_path(gated, "vnni")(x))
+
+
+def test_the_avx2_paths_weight_codes_are_7_bit_and_the_others_8_bit():
+    """VPMADDUBSW's int16 pairs stay exact only with weight codes within +-63 (the activations offset to u8)."""
+    torch.manual_seed(4)
+    linear = torch.nn.Linear(64, 32)
+    codes = {isa: amx_int8.quantize_weight(linear.weight, amx_int8.WEIGHT_QMAX[isa])[0] for isa in amx_int8.ISAS}
+    assert {isa: int(code.abs().max()) for isa, code in codes.items()} == {"amx": 127, "vnni": 127, "avx2": 63}
+    assert len(codes["avx2"].unique()) > 64  # the 7-bit range is used, not a coarser one
 
 
 @pytest.mark.skipif(REASONS["avx2"] is not None, reason=f"the avx2 path cannot run here: {REASONS['avx2']}")
@@ -337,7 +360,7 @@ def test_the_avx2_library_holds_no_avx512_instruction():
     library = amx_int8.extension("avx2")
     listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True, check=True)
     code = listing.stdout
-    assert "vpmaddubsw" in code and "vpsignb" in code  # it is the AVX2 kernel
+    assert "vpmaddubsw" in code and "vpmaddwd" in code  # it is the AVX2 kernel
     assert "%zmm" not in code and not re.search(r"%k[0-7]\b", code)
     if REASONS["vnni"] is None:  # the check sees AVX-512 code where there is some
         avx512 = amx_int8.extension("avx512")
