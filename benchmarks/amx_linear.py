@@ -16,7 +16,6 @@ weight from memory, as a denoising step does (the expert's int8 weights outgrow 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from vlabench.atomic import atomic_write_json
 from vlabench.backends.torch_quantize import Quantizer
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.isa_cap import CAPS, emulation_entry, run_capped
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": {"model": read_cpu_model(), "flags": flags, **emulation_entry()},
             "shapes": records,
         }
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        atomic_write_json(args.json_out, report)
     return 0
 
 

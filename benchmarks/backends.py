@@ -23,7 +23,6 @@ at >= 60% of its roofline floor; on a CPU without native bf16, >= 2x through int
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
+from vlabench.atomic import atomic_write_json
 from vlabench.backends import BACKENDS
 from vlabench.commands.isolation import execute_runs
 from vlabench.commands.precision_auto import CPU_FLAGS, native_reason
@@ -429,7 +429,7 @@ def main() -> None:
             "memory_bandwidth_gbs": bandwidth.value if bandwidth else None,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(artifact, indent=2) + "\n")
+        atomic_write_json(args.json_out, artifact)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from vlabench.atomic import atomic_write_json, atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS_OF_INTEREST = (
     "avx2",
@@ -111,9 +113,14 @@ def main() -> int:
         return completed.returncode
     if args.stdout:
         text = completed.stdout.decode()
-        if args.artifact.suffix == ".json":
-            text = json.dumps(json.loads(text), indent=2) + "\n"
-        args.artifact.write_text(text)
+        try:
+            if args.artifact.suffix == ".json":
+                atomic_write_json(args.artifact, json.loads(text))
+            else:
+                atomic_write_text(args.artifact, text)
+        except ValueError as exc:  # not JSON, or a NaN or an infinity in it
+            print(f"capture: the command's output is not strict JSON ({exc}); no artifact written", file=sys.stderr)
+            return 1
     elif args.collect:
         new = sorted(set(glob.glob(args.collect)) - before)
         if len(new) != 1:
@@ -134,7 +141,7 @@ def main() -> int:
     )
     if args.note:
         meta["note"] = args.note
-    meta_path(args.artifact).write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write_json(meta_path(args.artifact), meta)
     loads = f"load {meta['load_average_before']} → {meta['load_average_after']}"
     print(f"capture: {args.artifact} ({meta['wall_s']} s, {loads})")
     return 0

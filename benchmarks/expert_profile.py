@@ -40,7 +40,6 @@ with ``benchmarks/capture.py`` for a committed artifact with its provenance side
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -52,6 +51,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from vlabench.atomic import atomic_write_json
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
@@ -346,7 +346,7 @@ def main() -> None:
             "variants": records,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(artifact, indent=2) + "\n")
+        atomic_write_json(args.json_out, artifact)
 
 
 if __name__ == "__main__":

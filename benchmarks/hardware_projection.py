@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 
 from vlabench.analysis.cet import ExecutionModel, gate
+from vlabench.atomic import atomic_write_json
 
 DEVICES = ["jetson-orin-nano-8gb", "jetson-agx-orin-64gb", "jetson-thor", "rtx-4090"]
 STACK = "pytorch-eager"
@@ -63,7 +64,7 @@ def main() -> None:
             )
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+        atomic_write_json(args.json_out, document)
 
 
 if __name__ == "__main__":

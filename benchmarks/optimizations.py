@@ -18,7 +18,6 @@ table, the ceiling and the settings as JSON (the artifact ``benchmarks/render_do
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlabench.analysis.roofline import Ceiling, analyze, measured_ceiling
+from vlabench.atomic import atomic_write_json
 from vlabench.commands.loop import run_loop
 from vlabench.commands.run import check_fit_together, execute_many, plan_run
 from vlabench.config import RunConfig
@@ -242,7 +242,7 @@ def main() -> None:
         ]
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+        atomic_write_json(args.json_out, document)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ Diffusion Policy rates were added; ``--json-out`` also writes them as JSON (the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from vlabench.analysis.projection_score import fitted_model
 from vlabench.analysis.reported import reported_latencies
+from vlabench.atomic import atomic_write_json
 
 FIRST_ENTRIES = 18  # the entries of latencies.yaml scored by the earlier floor / one-efficiency projection (49%)
 
@@ -79,7 +79,7 @@ def main() -> None:
             "error_bands": bands,
         }
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+        atomic_write_json(args.json_out, document)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from vlabench.atomic import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "benchmarks/results"
 BLOCK = re.compile(
@@ -921,7 +923,7 @@ def write(root: Path = ROOT) -> list[Path]:
         current = path.read_text()
         fresh = render_text(current, root, str(path.relative_to(root)))
         if fresh != current:
-            path.write_text(fresh)
+            atomic_write_text(path, fresh)
             changed.append(path)
     return changed
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -303,3 +305,41 @@ def test_the_kernel_linear_benchmark_times_the_path_that_runs_and_renders_it(tmp
     missing = next((isa for isa in amx_int8.ISAS if isa not in runnable), None)
     if missing:
         assert amx_linear.main(["--path", missing, "--model", "smolvla-tiny"]) == 3
+
+
+CAPTURE = [sys.executable, str(BENCHMARKS / "capture.py")]
+
+
+def capture(tmp_path: Path, printed: str, *options: str) -> tuple[subprocess.CompletedProcess, Path]:
+    artifact = tmp_path / "results" / "artifact.json"
+    command = [sys.executable, "-c", f"print({printed!r})"]
+    done = subprocess.run(
+        [*CAPTURE, "--artifact", str(artifact), *options, "--stdout", "--", *command],
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return done, artifact
+
+
+def test_capture_writes_the_artifact_and_its_sidecar(tmp_path):
+    done, artifact = capture(tmp_path, '{"p50_ms": 1.5}', "--note", "a sentence")
+    assert done.returncode == 0, done.stderr
+    assert artifact.read_text() == '{\n  "p50_ms": 1.5\n}\n'
+    meta = json.loads(artifact.with_name("artifact.meta.json").read_text())
+    assert meta["exit_code"] == 0 and meta["note"] == "a sentence" and "print(" in meta["command"]
+    assert sorted(p.name for p in artifact.parent.iterdir()) == ["artifact.json", "artifact.meta.json"]
+
+
+@pytest.mark.parametrize("printed", ['{"p50_ms": NaN}', '{"p50_ms": Infinity}', "not json"])
+def test_capture_refuses_output_that_is_not_strict_json_and_leaves_nothing(tmp_path, printed):
+    done, artifact = capture(tmp_path, printed)
+    assert done.returncode == 1 and "not strict JSON" in done.stderr and "Traceback" not in done.stderr
+    assert list(artifact.parent.iterdir()) == []  # no artifact, no sidecar, no temporary file
+
+
+def test_benchmark_artifacts_are_written_atomically():
+    """Every script that writes a committed artifact or a document goes through vlabench.atomic (a killed run leaves
+    the previous file whole); site_scale.py writes its throwaway corpus into a temporary folder."""
+    plain = [path.name for path in BENCHMARKS.glob("*.py") if ".write_text(" in path.read_text()]
+    assert plain == ["site_scale.py"]

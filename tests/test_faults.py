@@ -24,7 +24,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from vlabench.atomic import WriteError, atomic_write_text, remove_stale, unsaved_path
+from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, remove_stale, unsaved_path
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
@@ -428,3 +428,11 @@ def test_a_backend_crashing_natively_is_named_and_the_other_backends_results_are
     written = [load_result(path) for path in tmp_path.glob("*.json")]
     assert [r.backend for r in written] == ["torch"]
     assert any("after the process shared by 2 backends died from SIGSEGV" in w for w in written[0].warnings)
+
+
+def test_a_json_document_with_a_nan_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        atomic_write_json(tmp_path / "artifact.json", {"p50_ms": float("nan")})
+    assert list(tmp_path.iterdir()) == []
+    atomic_write_json(tmp_path / "artifact.json", {"p50_ms": 1.5})
+    assert (tmp_path / "artifact.json").read_text() == '{\n  "p50_ms": 1.5\n}\n'

@@ -7,6 +7,7 @@ killed writer (its process is gone) from a write in progress, and remove it (``r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -177,3 +178,9 @@ def rescue_text(text: str, name: str) -> Path | None:
     with contextlib.suppress(VlabenchError):
         return atomic_write_text(unsaved_path(name), text)
     return None
+
+
+def atomic_write_json(target: Path, document: object) -> Path:
+    """``document`` as indented JSON (strict: NaN and infinities are refused before anything is written), written
+    atomically (``atomic_write_text``)."""
+    return atomic_write_text(target, json.dumps(document, indent=2, allow_nan=False) + "\n")
