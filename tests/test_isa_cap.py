@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_amx_int8 import ZEN4_FLAGS
+from tests.test_amx_int8 import FAMILIES, ZEN4_FLAGS
 from vlabench.cli.app import app
 from vlabench.errors import InputError
 from vlabench.hardware.detection import cpu_has_native_bf16, read_cpu_flags
@@ -117,6 +117,27 @@ def test_a_capped_run_takes_the_avx2_paths_passes_the_gate_and_says_so(tmp_path)
     assert torch_details["quantization_scheme"] == "avx2" and torch_details["float_activations"] == "fp32"
     assert openvino_details["effective_inference_precision"] == "f32"
     assert "overflow fix enable" in openvino_details["quantization"]
+
+
+@pytest.mark.parametrize("name", [name for name in FAMILIES if name != "smolvla-tiny"])
+def test_a_capped_torch_int8_run_of_every_other_family_takes_the_avx2_path(name, tmp_path):
+    """The other model families under the avx2 caps (smolvla-tiny is run above): torch int8 on the kernel's AVX2
+    path (7-bit weights) with fp32 float parts, inside the int8 gate, the caps recorded."""
+    pytest.importorskip("torchao")
+    if not {"avx2", "fma"} <= read_cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    environment = {**os.environ, **runtime_environment("avx2")}
+    command = [sys.executable, "-m", "vlabench", "run", "-m", name, "-b", "torch", "--precision", "int8"]
+    command += ["-o", str(tmp_path), "--threads", "1", "--energy-meter", "none"]
+    command += ["--warmup", "1", "--min-iterations", "2", "--min-duration", "0"]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (result,) = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
+    assert result["provenance"]["isa_caps"] == runtime_environment("avx2")
+    assert result["correctness"]["passed"], result["correctness"]
+    details = result["backend_details"]
+    assert details["quantization_scheme"] == "avx2" and "7-bit" in details["quantization"]
+    assert details["float_activations"] == "fp32" and details["quantized_linears"] > 0
 
 
 def test_openvino_ptq_takes_the_overflow_fix_only_without_vnni(monkeypatch):
