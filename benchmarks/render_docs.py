@@ -101,7 +101,8 @@ def provenance(meta: dict, what: str = "Produced by") -> str:
         f"wall time {meta['wall_s']:.0f} s)."
     )
     if meta.get("note"):
-        line += f" {meta['note'][0].upper()}{meta['note'][1:]}."
+        note = meta["note"].rstrip(".")
+        line += f" {note[0].upper()}{note[1:]}."
     return line + "*"
 
 

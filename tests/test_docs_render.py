@@ -239,3 +239,19 @@ def test_an_emulated_run_says_so_in_its_caption_and_its_target_line():
     linear = render_docs.render_amx_linear(ROOT, "benchmarks/results/avx2-linear-smolvla-cpu.json")
     assert "**emulated**: an x86-64-v3 CPU" in linear and "`ONEDNN_MAX_CPU_ISA=AVX2`" in linear
     assert "emulated" not in render_docs.render_amx_linear(ROOT, "benchmarks/results/vnni-linear-smolvla-cpu.json")
+
+
+@pytest.mark.parametrize("note", ["the host was busy.", "the host was busy"])
+def test_a_sidecar_note_ends_the_provenance_line_with_one_full_stop(note):
+    meta = {
+        "cpu": {"model": "AMD EPYC", "logical_cores": 2, "flags": ["avx2"]},
+        "load_average_before": [0.5],
+        "load_average_after": [1.5],
+        "command": "python3 benchmarks/backends.py",
+        "started_utc": "2026-12-02T18:45:59+00:00",
+        "git_revision": "5c80cb2",
+        "wall_s": 12.0,
+        "note": note,
+    }
+    line = render_docs.provenance(meta)
+    assert line.endswith("wall time 12 s). The host was busy.*")
