@@ -428,7 +428,6 @@ def main() -> None:
             "ceilings": [c.model_dump() for c in measured],
             "memory_bandwidth_gbs": bandwidth.value if bandwidth else None,
         }
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json_out, artifact)
 
 

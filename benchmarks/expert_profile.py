@@ -345,7 +345,6 @@ def main() -> None:
             "memory_bandwidth_gbs": bandwidth.value,
             "variants": records,
         }
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json_out, artifact)
 
 

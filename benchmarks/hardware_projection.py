@@ -63,7 +63,6 @@ def main() -> None:
                 f"{row['inference_hz']:.2f} | {row['fits']} | {'meets' if verdict['meets_target'] else 'misses'} |"
             )
     if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json_out, document)
 
 

@@ -241,7 +241,6 @@ def main() -> None:
             for s in scores
         ]
     if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json_out, document)
 
 

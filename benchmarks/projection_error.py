@@ -78,7 +78,6 @@ def main() -> None:
             "parameters": model.parameters.model_dump(mode="json"),
             "error_bands": bands,
         }
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json_out, document)
 
 

@@ -88,7 +88,7 @@ float quantize_row(const float* row, int64_t k, uint8_t* codes) {
     const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));
     const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
     const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_xor_si128(eight, _mm_set1_epi8(-128)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_xor_si128(eight, _mm_set1_epi8(static_cast<char>(OFFSET))));
   }
   for (; j < k; ++j)
     codes[j] = static_cast<uint8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)) + OFFSET);
@@ -172,19 +172,17 @@ torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   at::parallel_for(0, gated ? n_blocks / 2 : n_blocks, 1, [&](int64_t begin, int64_t end) {
     alignas(32) int32_t sums[CHUNK * TILE_N], up_sums[CHUNK * TILE_N];
     std::vector<int32_t> offsets((end - begin) * 2 * TILE_N);  // per task: its block's and its up block's
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t nb = gated ? 2 * task : task;
-      for (int64_t block = nb; block <= nb + gated; ++block)
-        multiply_rows<1>(offset_row.data(), 0, wp + block * stride * TILE_N, groups,
-                         offsets.data() + (2 * (task - begin) + block - nb) * TILE_N);
-    }
     for (int64_t m0 = 0; m0 < m; m0 += CHUNK) {
       const int64_t rows = std::min<int64_t>(CHUNK, m - m0);
       for (int64_t task = begin; task < end; ++task) {
         const int64_t nb = gated ? 2 * task : task, up = gated ? nb + 1 : nb, n0 = task * TILE_N;
+        int32_t* offset = offsets.data() + 2 * (task - begin) * TILE_N;
+        if (m0 == 0) {  // once per call, right before the block's first pass, which then reads its weight from cache
+          multiply_rows<1>(offset_row.data(), 0, wp + nb * stride * TILE_N, groups, offset);
+          if (gated) multiply_rows<1>(offset_row.data(), 0, wp + up * stride * TILE_N, groups, offset + TILE_N);
+        }
         multiply_block(q + m0 * stride, rows, stride, wp + nb * stride * TILE_N, groups, sums);
         if (gated) multiply_block(q + m0 * stride, rows, stride, wp + up * stride * TILE_N, groups, up_sums);
-        const int32_t* offset = offsets.data() + 2 * (task - begin) * TILE_N;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t column = 0; column < TILE_N && column < out_features - n0; column += 8) {
             const float scale = xs[m0 + r];
