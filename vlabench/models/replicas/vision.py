@@ -19,7 +19,9 @@ class SiglipEmbeddings(nn.Module):
 
     def forward(self, pixels: Tensor) -> Tensor:
         patches = self.patch_embedding(pixels).flatten(2).transpose(1, 2)
-        return patches + self.position_embedding.weight[None]
+        # contiguous once here: the sum would keep the patches' channel-first strides, and so would every residual
+        # add after it, each layer norm then copying its input first
+        return (patches + self.position_embedding.weight[None]).contiguous()
 
 
 class SiglipAttention(SharedInputProjections):
