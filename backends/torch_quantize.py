@@ -61,7 +61,8 @@ KERNEL_SCHEMES = {
     "vlabench's attention kernel with VDPBF16PS)",
     "avx2": "vlabench int8 kernel on AVX2 (weights 7-bit per-channel symmetric, activations int8 per-token dynamic, "
     "int32 accumulation with VPMADDUBSW on activation codes offset to u8, then VPMADDWD; float parts in "
-    "{float_parts})",
+    "{float_parts}; long unmasked attention (vision towers) in int8 on vlabench's AVX2 kernel: q 8-bit per token, k "
+    "smoothed and 7-bit per key, probabilities u8, v 7-bit per channel)",
 }
 """The int8 schemes on vlabench's own kernel (``kernels/amx_int8.py``), named by the path they take."""
 SCHEMES = {
@@ -212,9 +213,10 @@ class Quantizer:
         self.fused_qkv = 0  # attention blocks whose q, k and v projections run as one int8 kernel call
 
     def _attention_unit(self) -> str | None:
-        """AMX tiles under the AMX scheme; VDPBF16PS under the VNNI one where the float parts are bf16; else none."""
-        if self.int8_scheme == "amx":
-            return "amx"
+        """AMX tiles under the AMX scheme; VDPBF16PS under the VNNI one where the float parts are bf16; the int8
+        attention (``kernels/int8_attention.py``) under the AVX2 one; else none."""
+        if self.int8_scheme in ("amx", "avx2"):
+            return self.int8_scheme
         if self.int8_scheme == "vnni" and self.activation_dtype == torch.bfloat16:
             return "avx512"
         return None
@@ -231,9 +233,10 @@ class Quantizer:
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
         if isinstance(module, Attention) and self.attention_unit:
             from vlabench.kernels.amx_attention import AmxAttention
+            from vlabench.kernels.int8_attention import Int8Attention
 
             self.attention_kernels += 1
-            return AmxAttention(self.attention_unit)
+            return Int8Attention() if self.attention_unit == "avx2" else AmxAttention(self.attention_unit)
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module) if self.precision == "int4" else None

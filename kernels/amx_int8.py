@@ -62,7 +62,10 @@ EXTENSIONS: dict[str, tuple[tuple[str, ...], list[str]]] = {
             "-fopenmp",
         ],
     ),
-    "avx2": (("avx2_int8.cpp", "int8_call.h"), ["-O3", "-mavx2", "-mfma", "-fopenmp"]),
+    "avx2": (
+        ("avx2_int8.cpp", "avx2_attention.cpp", "avx2_int8.h", "int8_call.h"),
+        ["-O3", "-mavx2", "-mfma", "-fopenmp"],
+    ),
 }
 """The two libraries the kernels are built into (sources, compiler flags): the AMX and AVX512 paths with the
 attention, and the AVX2 path alone, built without AVX-512 so an AVX2-only CPU can load and run it."""
@@ -143,6 +146,8 @@ def extension(name: str = "avx512") -> str:
         torch.library.register_fake(f"vlabench::{isa}_int8_gated_linear")(_output_like)
     for unit in ATTENTION_UNITS if name == "avx512" else ():
         torch.library.register_fake(f"vlabench::{unit}_attention")(_attention_like)
+    if name == "avx2":
+        torch.library.register_fake("vlabench::avx2_int8_attention")(_heads_merged_like)
     return library
 
 
@@ -157,6 +162,12 @@ def _output_like(
 def _attention_like(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
     """What ``vlabench::amx_attention`` and ``avx512_attention`` return: a contiguous tensor shaped like q."""
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _heads_merged_like(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    """What ``vlabench::avx2_int8_attention`` returns: shaped like q [B, H, S, D], stored as [B, S, H, D]."""
+    batch, heads, queries, size = q.shape
+    return q.new_empty((batch, queries, heads, size)).transpose(1, 2)
 
 
 def quantize_weight(weight: Tensor, qmax: int = 127) -> tuple[Tensor, Tensor]:

@@ -20,32 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "avx2_int8.h"
 #include "int8_call.h"
 
 namespace {
+using vlabench_avx2::abs_neg, vlabench_avx2::exp_nonpositive, vlabench_avx2::multiply_rows, vlabench_avx2::OFFSET,
+    vlabench_avx2::quantize_row, vlabench_avx2::store8;
 using vlabench_int8::Activation, vlabench_int8::Epilogue, vlabench_int8::QUANTIZE_INLINE_VALUES, vlabench_int8::TILE_K,
     vlabench_int8::TILE_N;
 constexpr int GROUPS = TILE_K / 4;  // 4-byte k groups per 64-byte block row
 constexpr int ROWS = 4;  // rows of x whose sums stay in registers over a 16-column block (2 x 4 sums + 4 of 16 ymm)
 constexpr int64_t CHUNK = 64;  // rows of x per pass over the weight
-constexpr int OFFSET = 128;  // added to each activation code: VPMADDUBSW multiplies unsigned bytes by signed ones
-
-// exp(x) for x <= 0 (vector_math.h's, on 8 lanes: 2^n * p(r), the same operations and constants, so the same
-// values); 2^n is built in the exponent bits, n >= -126 above the -87 cut.
-inline __m256 exp_nonpositive(__m256 x) {
-  const __m256 normal = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_GT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
-  const __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
-  __m256 p = _mm256_set1_ps(1.f / 720);
-  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(exponent)), normal);
-}
-
-inline __m256 abs_neg(__m256 x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.f)); }  // -|x|
 
 inline __m256 silu(__m256 x) {
   const __m256 e = exp_nonpositive(abs_neg(x)), one = _mm256_set1_ps(1.f);
@@ -70,55 +55,6 @@ inline __m256 activate(Activation activation, __m256 v) {
   return v;
 }
 
-// Row `row` of x quantized into `codes` (k bytes; the padding past k meets zero weights); returns its scale. Each code
-// is round-to-nearest-even of x * (1 / scale), saturated to int8, as in amx_int8.cpp's quantize_row, and stored offset
-// by 128 as a u8 (VPMADDUBSW's unsigned operand).
-float quantize_row(const float* row, int64_t k, uint8_t* codes) {
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 vmax = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= k; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(row + j), magnitude));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float amax = *std::max_element(lanes, lanes + 8);
-  for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
-  const float scale = amax > 0.f ? amax / 127.f : 1.f, inverse_scale = 1.f / scale;
-  const __m256 inverse = _mm256_set1_ps(inverse_scale);
-  for (j = 0; j + 8 <= k; j += 8) {
-    const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));
-    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
-    const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_xor_si128(eight, _mm_set1_epi8(static_cast<char>(OFFSET))));
-  }
-  for (; j < k; ++j)
-    codes[j] = static_cast<uint8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)) + OFFSET);
-  return scale;
-}
-
-// R rows of x's offset codes (`stride` bytes apart) times one 16-column block of the packed weight (`groups` 64-byte
-// k groups: 16 columns x 4 k); the int32 sums (of the offset codes) land in sums[R][16].
-template <int R>
-void multiply_rows(const uint8_t* x, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m256i w_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64));
-    const __m256i w_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 64 + 32));
-    for (int r = 0; r < R; ++r) {
-      int32_t four;
-      std::memcpy(&four, x + r * stride + g * 4, sizeof four);
-      const __m256i codes = _mm256_set1_epi32(four);
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, w_low), ones));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, w_high), ones));
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * TILE_N), acc[r][0]);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * TILE_N + 8), acc[r][1]);
-  }
-}
-
 // Every row of x (`m` rows) times one 16-column block, ROWS rows per pass over the block (from L1 after the first).
 void multiply_block(const uint8_t* x, int64_t m, int64_t stride, const int8_t* b, int64_t groups, int32_t* sums) {
   int64_t i = 0;
@@ -135,12 +71,6 @@ inline __m256 rescaled(const int32_t* sums, const int32_t* offsets, float x_scal
   const __m256 sum = _mm256_cvtepi32_ps(exact);
   return _mm256_fmadd_ps(_mm256_mul_ps(sum, _mm256_set1_ps(x_scale)), _mm256_loadu_ps(w_scale),
                          _mm256_loadu_ps(bias));
-}
-
-inline void store8(float* p, int64_t live, __m256 v) {
-  if (live >= 8) return _mm256_storeu_ps(p, v);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), lane), v);
 }
 
 torch::Tensor run_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& w_scale,

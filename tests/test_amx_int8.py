@@ -379,11 +379,13 @@ FAMILIES = ["smolvla-tiny", "pi0-tiny", "gr00t-n1.5-tiny", "act-tiny", "diffusio
 def test_torch_int8_runs_every_family_on_the_kernel(name, scheme, tiny_inputs):
     """Every Linear the scheme takes runs on the kernel (the path a default run picks here, and the AVX2 path asked
     for), and the actions stay within the int8 gate; attention runs on the attention kernel's AMX path under the AMX
-    scheme, on its AVX-512 one under the VNNI scheme with bf16 float parts, on neither under AVX2."""
+    scheme, on its AVX-512 one under the VNNI scheme with bf16 float parts, and on the int8 attention kernel under
+    AVX2 (which takes the vision towers' unmasked attention)."""
     pytest.importorskip("torchao")
     from tests.test_quantized_runtimes import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
     from vlabench.kernels.amx_attention import AmxAttention
+    from vlabench.kernels.int8_attention import Int8Attention
 
     isa = DEFAULT_ISA if scheme == "default" else scheme
     if REASONS[isa] is not None:
@@ -401,9 +403,10 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, scheme, tiny_inputs):
     assert shared > 0 or name in ("act-tiny", "diffusion-policy-tiny")  # their attention is nn.MultiheadAttention
     # a fused MLP holds its gate and up, a shared-input call its q, k and v
     assert kernels + fused_pairs + 3 * shared == details["quantized_linears"] > 0
-    attention = sum(isinstance(m, AmxAttention) for m in policy.model.modules())
+    kind = Int8Attention if isa == "avx2" else AmxAttention
+    attention = sum(isinstance(m, kind) for m in policy.model.modules())
     assert attention == details.get("kernel_attention_modules", 0)
-    unit = {"amx": "amx", "vnni": "avx512" if amx_int8.float_dtype("vnni") == torch.bfloat16 else None}.get(isa)
+    unit = {"amx": "amx", "vnni": "avx512" if amx_int8.float_dtype("vnni") == torch.bfloat16 else None}.get(isa, isa)
     assert details.get("attention_unit") == unit
     assert all(m.unit == unit for m in policy.model.modules() if isinstance(m, AmxAttention))
     gated = sum(isinstance(m, amx_int8.Int8GatedMLP) for m in policy.model.modules())
