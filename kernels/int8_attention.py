@@ -1,14 +1,14 @@
 """vlabench's int8 attention on AVX2 (``avx2_attention.cpp``), for the replicas' long unmasked attention (the vision
 towers) under the AVX2 int8 scheme (issue 19: int8 on CPUs without native bf16).
 
-Why it exists: with every linear on the int8 kernel's AVX2 path, torch's fp32 flash attention took about a third of
-SmolVLA's vision phase (three cameras of 1024 patches, emulated AVX2 class). This one runs both of attention's
-products on the linear's int8 block product, SageAttention-style: q per token 8-bit, k smoothed (less its mean over
-the keys, which leaves the softmax unchanged) and per key 7-bit, the fp32 softmax's probabilities as u8 codes, v
-per channel 7-bit. It is lossy like the int8 linears, and what it changes in a model's actions is what the
-correctness gate measures. It is built into the AVX2 library with the linear (``amx_int8.extension("avx2")``) and
-registered as ``vlabench::avx2_int8_attention``. Masked attention (the VLM's prefix-LM mask, the expert's
-chunk) keeps torch's fp32 kernel.
+Why it exists: with every linear on the int8 kernel's AVX2 path, torch's fp32 flash attention was the largest cost of
+SmolVLA's vision phase after the linears (three cameras of 1024 patches, emulated AVX2 class, ``torch.profiler``).
+This one runs both of attention's products on the linear's int8 block product, SageAttention-style: q per token
+8-bit, k smoothed (less its mean over the keys, which leaves the softmax unchanged) and per key 7-bit, the fp32
+softmax's probabilities as u8 codes, v per channel 7-bit. It is lossy like the int8 linears, and what it changes in a
+model's actions is what the correctness gate measures. It is built into the AVX2 library with the linear
+(``amx_int8.extension("avx2")``) and registered as ``vlabench::avx2_int8_attention``. Masked attention (the VLM's
+prefix-LM mask, the expert's chunk) keeps torch's fp32 kernel.
 """
 
 from __future__ import annotations
