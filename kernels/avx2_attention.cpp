@@ -1,6 +1,6 @@
 // vlabench's int8 attention on AVX2 (issue 19: int8 on CPUs without native bf16), for long unmasked sequences: the
-// vision towers' self-attention over their patches, which took about a third of the vision phase on the int8
-// linear's AVX2 path with torch's fp32 flash attention. softmax(q k^T * scale) v, both products in int8 on the int8
+// vision towers' self-attention over their patches, the vision phase's largest cost after the linears once those ran
+// on the int8 linear's AVX2 path, with torch's fp32 flash attention. softmax(q k^T * scale) v, both products in int8 on the int8
 // linear's VPMADDUBSW block product (avx2_int8.h), the softmax in fp32 between them, in the style of SageAttention:
 //
 // - q per row to 8 bits (the linear's activation codes, offset to u8);

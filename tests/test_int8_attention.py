@@ -51,6 +51,7 @@ SHAPES = [
     (1, 16, 16, 256, 72),  # π0's SigLIP So400m: 256 patches, head size 72 (not a multiple of 8)
     (2, 8, 2, 131, 40),  # grouped K/V heads; keys off the 4- and 16-key blocks; query rows off the 4-row passes
     (1, 4, 4, 261, 64),  # DINOv2-style: 256 patches + class and register tokens
+    (1, 2, 1, 37, 20),  # a head size off the 8-wide vectors: the packing's scalar tails
 ]
 
 
