@@ -78,6 +78,15 @@ def git(*args: str) -> str | None:
     return out.stdout.strip()
 
 
+def tree_state() -> dict[str, object]:
+    """The commit checked out and whether tracked files differ from it (None for both outside a git checkout)."""
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "git_revision": git("rev-parse", "--short", "HEAD"),
+        "git_dirty": bool(dirty) if dirty is not None else None,
+    }
+
+
 def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
@@ -101,6 +110,8 @@ def main() -> int:
         "capture_command": shlex.join(["python3", "benchmarks/capture.py", *sys.argv[1:]]),
         "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "load_average_before": load_average(),
+        # the tree the command runs from, read before it writes its artifact (a tracked file when re-captured)
+        **tree_state(),
     }
     start = time.perf_counter()
     completed = subprocess.run(command, stdout=subprocess.PIPE if args.stdout else None, check=False)
@@ -130,15 +141,7 @@ def main() -> int:
     if not args.artifact.exists():
         print(f"capture: the command did not produce {args.artifact}", file=sys.stderr)
         return 1
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    meta.update(
-        {
-            "git_revision": git("rev-parse", "--short", "HEAD"),
-            "git_dirty": bool(dirty) if dirty is not None else None,
-            "cpu": cpu_info(),
-            "python": platform.python_version(),
-        }
-    )
+    meta.update({"cpu": cpu_info(), "python": platform.python_version()})
     if args.note:
         meta["note"] = args.note
     atomic_write_json(meta_path(args.artifact), meta)

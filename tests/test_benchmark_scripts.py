@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -329,6 +330,32 @@ def test_capture_writes_the_artifact_and_its_sidecar(tmp_path):
     meta = json.loads(artifact.with_name("artifact.meta.json").read_text())
     assert meta["exit_code"] == 0 and meta["note"] == "a sentence" and "print(" in meta["command"]
     assert sorted(p.name for p in artifact.parent.iterdir()) == ["artifact.json", "artifact.meta.json"]
+
+
+def test_capture_records_the_tree_as_it_was_before_the_command(tmp_path):
+    """Re-capturing a committed artifact overwrites a tracked file: the sidecar still says the code ran from a clean
+    tree, and says dirty when a tracked file was changed before the run."""
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(BENCHMARKS / "capture.py", repo / "benchmarks" / "capture.py")
+    artifact = repo / "artifact.json"
+    artifact.write_text("{}\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "artifact"], check=True)
+
+    def run(value: int) -> dict:
+        command = [sys.executable, "-c", f"print('{{\"p50_ms\": {value}}}')"]
+        capture = [sys.executable, str(repo / "benchmarks" / "capture.py"), "--artifact", str(artifact)]
+        done = subprocess.run([*capture, "--stdout", "--", *command], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(artifact.with_name("artifact.meta.json").read_text())
+
+    assert run(1)["git_dirty"] is False  # the artifact changed during the run, the code did not
+    subprocess.run([*git, "checkout", "-q", "--", "artifact.json"], check=True)
+    (repo / "benchmarks" / "capture.py").write_text((repo / "benchmarks" / "capture.py").read_text() + "\n")
+    assert run(2)["git_dirty"] is True
 
 
 @pytest.mark.parametrize("printed", ['{"p50_ms": NaN}', '{"p50_ms": Infinity}', "not json"])
