@@ -57,7 +57,7 @@ float quantize_row(const T* row, int64_t k, int64_t k_blocks, int64_t i, int8_t 
   for (; j + 16 <= k; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(row + j)));
   float amax = _mm512_reduce_max_ps(vmax);
   for (; j < k; ++j) amax = std::max(amax, std::fabs(load1(row + j)));
-  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const float scale = amax > vlabench_int8::MIN_RANGE ? amax / 127.f : 1.f;
   const __m512 inverse = _mm512_set1_ps(1.f / scale);
   int8_t* base = blocked + ((i / TILE_M) * k_blocks * TILE_M + i % TILE_M) * TILE_K;
   auto at = [&](int64_t col) { return base + (col / TILE_K) * TILE_BYTES + col % TILE_K; };

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "avx2_int8.h"
@@ -42,13 +43,19 @@ inline int8_t signed_code(float value, float inverse_scale) {
 
 // One K/V head's packed codes: k [keys/16][depth/4][16 keys][4] with per-key scales and 128 x each key's code sum
 // (the offset q codes' excess), v [depth/16][keys/4][16 channels][4] with per-channel scales; zero past the ends.
+// `finite` is cleared when any of the head's k or v is NaN or infinite: its rows' outputs are then NaN (torch's kernel
+// gives NaN in some of them), where codes alone would turn it into finite garbage.
 struct PackedHead {
   int8_t* keys;
   float* key_scale;
   int32_t* key_offset;
   int8_t* values;
   float* value_scale;
+  uint8_t* finite;
 };
+
+// The scale of a range: absmax / qmax, or 1 for a range too small to quantize (MIN_RANGE).
+inline float scale_of(float amax) { return amax > vlabench_int8::MIN_RANGE ? amax / SIGNED_QMAX : 1.f; }
 
 // Eight fp32 values -> their 7-bit codes round(x * inverse) (|x * inverse| <= 63 by the scale), as int32 lanes.
 inline __m256i codes8(__m256 x, __m256 inverse) { return _mm256_cvtps_epi32(_mm256_mul_ps(x, inverse)); }
@@ -59,7 +66,10 @@ void pack_keys(const float* k, int64_t stride, int64_t t, int64_t d, int64_t d4,
   std::vector<int8_t> codes(d4, 0);
   for (int64_t j = 0; j < t; ++j)
     for (int64_t c = 0; c < d; ++c) mean[c] += k[j * stride + c];
-  for (float& m : mean) m /= static_cast<float>(t);
+  for (float& m : mean) {
+    if (!std::isfinite(m)) *head.finite = 0;  // a NaN or infinity among the keys reaches their sum
+    m /= static_cast<float>(t);
+  }
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (int64_t j = 0; j < t; ++j) {
     __m256 vmax = _mm256_setzero_ps();
@@ -75,7 +85,7 @@ void pack_keys(const float* k, int64_t stride, int64_t t, int64_t d, int64_t d4,
       centered[c] = k[j * stride + c] - mean[c];
       amax = std::max(amax, std::fabs(centered[c]));
     }
-    const float scale = amax > 0.f ? amax / SIGNED_QMAX : 1.f, inverse = 1.f / scale;
+    const float scale = scale_of(amax), inverse = 1.f / scale;
     __m256i total = _mm256_setzero_si256();
     for (int64_t c = 0; c < whole; c += 8) {
       const __m256i words = codes8(_mm256_loadu_ps(centered.data() + c), _mm256_set1_ps(inverse));
@@ -107,11 +117,15 @@ inline __m256i interleave_keys(__m256i k0, __m256i k1, __m256i k2, __m256i k3) {
 
 void pack_values(const float* v, int64_t stride, int64_t t, int64_t d, int64_t t_pad, const PackedHead& head) {
   const int64_t whole = d / 8 * 8, groups = t_pad / 4;
-  std::vector<float> amax(d, 0.f), inverse(d);
+  std::vector<float> amax(d, 0.f), total(d, 0.f), inverse(d);
   for (int64_t j = 0; j < t; ++j)
-    for (int64_t c = 0; c < d; ++c) amax[c] = std::max(amax[c], std::fabs(v[j * stride + c]));
+    for (int64_t c = 0; c < d; ++c) {
+      amax[c] = std::max(amax[c], std::fabs(v[j * stride + c]));
+      total[c] += v[j * stride + c];  // not finite when a value is not (the max would drop a NaN)
+    }
   for (int64_t c = 0; c < d; ++c) {
-    head.value_scale[c] = amax[c] > 0.f ? amax[c] / SIGNED_QMAX : 1.f;
+    if (!std::isfinite(total[c])) *head.finite = 0;
+    head.value_scale[c] = scale_of(amax[c]);
     inverse[c] = 1.f / head.value_scale[c];
   }
   auto at = [&](int64_t j, int64_t c) -> int8_t& {
@@ -143,7 +157,7 @@ inline __m256 score8(const int32_t* sums, const int32_t* offset, const float* ke
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(exact), _mm256_loadu_ps(key_scale)), row_scale);
 }
 
-// 2^x for x <= 0, to the precision the u8 probability codes need (relative error below 5e-5, a code's step is
+// 2^x for x <= 0, to the precision the u8 probability codes need (relative error below 6e-5, a code's step is
 // 1/255): 2^n * p(f), f = x - n in [-0.5, 0.5], p of degree 4; clamped at 2^-126, whose code is 0.
 inline __m256 exp2_nonpositive(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
@@ -192,9 +206,11 @@ void attend_rows(const float* const* q, float scale, const PackedHead& head, con
   __m256 row_scale[R];
   int32_t code_sum[R];
   __m256 row_max[R];
+  bool finite[R];
   for (int r = 0; r < R; ++r) {
     row_scale[r] = _mm256_set1_ps(quantize_row(q[r], shape.d, q_codes + r * shape.d4) * scale * LOG2E);
     row_max[r] = _mm256_set1_ps(-INFINITY);
+    finite[r] = *head.finite && std::isfinite(std::accumulate(q[r], q[r] + shape.d, 0.f));
   }
   const int64_t key_groups = shape.d4 / 4, whole_blocks = shape.t / TILE_N * TILE_N;
   for (int64_t j0 = 0; j0 < shape.t_pad; j0 += TILE_N) {
@@ -219,8 +235,10 @@ void attend_rows(const float* const* q, float scale, const PackedHead& head, con
     for (int r = 0; r < R; ++r)
       for (int64_t half = 0; half < TILE_N && c0 + half < shape.d; half += 8) {
         const __m256 sum = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + r * TILE_N + half)));
-        const __m256 value = _mm256_mul_ps(_mm256_mul_ps(sum, _mm256_loadu_ps(head.value_scale + c0 + half)),
-                                           _mm256_set1_ps(1.f / static_cast<float>(code_sum[r])));
+        const __m256 value =
+            finite[r] ? _mm256_mul_ps(_mm256_mul_ps(sum, _mm256_loadu_ps(head.value_scale + c0 + half)),
+                                      _mm256_set1_ps(1.f / static_cast<float>(code_sum[r])))
+                      : _mm256_set1_ps(NAN);
         store8(out[r] + c0 + half, shape.d - c0 - half, value);
       }
   }
@@ -234,7 +252,7 @@ torch::Tensor int8_attention(const torch::Tensor& q, const torch::Tensor& k, con
   for (const auto* x : {&q, &k, &v})
     TORCH_CHECK(x->scalar_type() == torch::kFloat && x->stride(3) == 1, "q, k and v are fp32 with contiguous rows");
   const int64_t batch = q.size(0), heads = q.size(1), s = q.size(2), d = q.size(3), kv_heads = k.size(1), t = k.size(2);
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == batch && k.size(3) == d && heads % kv_heads == 0,
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == batch && k.size(3) == d && kv_heads > 0 && heads % kv_heads == 0,
               "k and v must match q's batch and head size, with whole groups of query heads per K/V head");
   TORCH_CHECK(t > 0 && t <= MAX_KEYS, "the int8 attention takes 1 to 65536 keys");
   const Shape shape{t, d, round_up(t, TILE_N), round_up(d, 4), round_up(d, TILE_N)};
@@ -245,18 +263,21 @@ torch::Tensor int8_attention(const torch::Tensor& q, const torch::Tensor& k, con
   thread_local std::vector<int8_t> codes;
   thread_local std::vector<float> scales;
   thread_local std::vector<int32_t> offsets;
+  thread_local std::vector<uint8_t> finite;
   codes.resize(std::max<size_t>(codes.size(), heads_total * (key_bytes + value_bytes)));
   scales.resize(std::max<size_t>(scales.size(), heads_total * (shape.t_pad + shape.d16)));
   offsets.resize(std::max<size_t>(offsets.size(), heads_total * shape.t_pad));
+  finite.resize(std::max<size_t>(finite.size(), heads_total));
   // Taken here: a worker thread naming the thread_local buffers would get its own.
   int8_t* const all_codes = codes.data();
   float* const all_scales = scales.data();
   int32_t* const all_offsets = offsets.data();
+  uint8_t* const all_finite = finite.data();
   auto packed = [&](int64_t index) {
     int8_t* head_codes = all_codes + index * (key_bytes + value_bytes);
     float* head_scales = all_scales + index * (shape.t_pad + shape.d16);
-    return PackedHead{head_codes, head_scales, all_offsets + index * shape.t_pad, head_codes + key_bytes,
-                      head_scales + shape.t_pad};
+    return PackedHead{head_codes,     head_scales,   all_offsets + index * shape.t_pad, head_codes + key_bytes,
+                      head_scales + shape.t_pad, all_finite + index};
   };
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
@@ -268,6 +289,7 @@ torch::Tensor int8_attention(const torch::Tensor& q, const torch::Tensor& k, con
       std::fill(head.key_scale, head.key_scale + shape.t_pad, 1.f);
       std::fill(head.key_offset, head.key_offset + shape.t_pad, 0);
       std::fill(head.value_scale, head.value_scale + shape.d16, 1.f);
+      *head.finite = 1;
       pack_keys(kp + b * k.stride(0) + h * k.stride(1), k.stride(2), t, d, shape.d4, head);
       pack_values(vp + b * v.stride(0) + h * v.stride(1), v.stride(2), t, d, shape.t_pad, head);
     }

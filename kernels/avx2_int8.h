@@ -44,7 +44,7 @@ inline float quantize_row(const float* row, int64_t k, uint8_t* codes) {
   _mm256_store_ps(lanes, vmax);
   float amax = *std::max_element(lanes, lanes + 8);
   for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
-  const float scale = amax > 0.f ? amax / 127.f : 1.f, inverse_scale = 1.f / scale;
+  const float scale = amax > vlabench_int8::MIN_RANGE ? amax / 127.f : 1.f, inverse_scale = 1.f / scale;
   const __m256 inverse = _mm256_set1_ps(inverse_scale);
   for (j = 0; j + 8 <= k; j += 8) {
     const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));

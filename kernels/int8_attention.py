@@ -29,15 +29,22 @@ faster)."""
 
 
 def runs(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> bool:
-    """Whether the kernel takes these inputs: fp32, no mask, rows contiguous, at least ``MIN_QUERIES`` queries, at
-    most ``MAX_KEYS`` keys, whole groups of query heads per K/V head."""
+    """Whether the kernel takes these inputs: fp32 on the CPU, no mask, no gradient wanted (the kernel has no
+    backward), rows contiguous, k and v of one shape with q's batch and head size, at least ``MIN_QUERIES`` queries,
+    1 to ``MAX_KEYS`` keys, whole groups of query heads per K/V head."""
     return (
         bias is None
         and q.dtype == k.dtype == v.dtype == torch.float32
+        and q.device.type == k.device.type == v.device.type == "cpu"
+        and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         and q.dim() == k.dim() == v.dim() == 4
+        and k.shape == v.shape
+        and k.shape[0] == q.shape[0]
+        and k.shape[3] == q.shape[3]
         and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
         and q.shape[2] >= MIN_QUERIES
         and 0 < k.shape[2] <= MAX_KEYS
+        and k.shape[1] > 0
         and q.shape[1] % k.shape[1] == 0
     )
 

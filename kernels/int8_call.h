@@ -9,6 +9,8 @@
 namespace vlabench_int8 {
 constexpr int TILE_N = 16, TILE_K = 64;  // packed weight: 16 output columns x 64 bytes of k per block row
 constexpr int64_t QUANTIZE_INLINE_VALUES = 1 << 15;  // activations quantized on the calling thread up to this size
+// Ranges (absmax) at or below this quantize as zero, with scale 1: a smaller one's inverse scale can overflow to inf.
+constexpr float MIN_RANGE = 1e-30f;
 
 // The epilogue's activation codes (amx_int8.py's ACTIVATION_CODES).
 enum class Activation : int64_t { kNone = -1, kSilu = 0, kGeluTanh = 1 };

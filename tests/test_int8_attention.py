@@ -101,19 +101,52 @@ def test_the_output_merges_heads_without_a_copy():
 
 
 def test_saturating_codes_stay_exact():
-    """The largest codes everywhere (q 127 offset to 255, k and v 63 in magnitude, one probability 255): VPMADDUBSW's
-    int16 pair sums stay below 32767, so the kernel still computes its scheme."""
-    signs = torch.tensor([1.0, -1.0]).repeat(32)
-    k = torch.stack([signs * (1 if j % 2 else -1) for j in range(256)])[None, None]
-    q = torch.full((1, 1, 8, 64), 3.0)
-    v = torch.stack([signs * (1 if j % 3 else -1) for j in range(256)])[None, None]
+    """The largest pair sums in both products. q rows of one magnitude, signs by pairs of channels: codes 127 (255
+    offset) on the positive pairs; keys of the same pattern (their mean is zero, so their codes are exactly +-63):
+    a VPMADDUBSW pair of q k sums 2 x 255 x 63 = 32130. Keys come in identical adjacent pairs, so the best pair's
+    probability codes are both 255, against v codes of +-63 (every key's v row alike): 32130 again. Both stay below
+    the int16 limit, so the kernel still computes its scheme."""
+    pattern = torch.tensor([1.0, 1.0, -1.0, -1.0]).repeat(16)
+    sign = torch.where(torch.arange(256) // 2 % 2 == 0, 1.0, -1.0)  # keys (0, 1) +, (2, 3) -, ...
+    k = (sign[:, None] * pattern)[None, None]
+    q = (torch.linspace(0.05, 0.3, 8)[:, None] * pattern)[None, None]
+    v = torch.linspace(-1, 1, 64).expand(256, 64)[None, None]
+    assert torch.equal(k - k.mean(dim=2, keepdim=True), k)
     out = kernel(q, k, v)
-    assert (out - scheme_reference(q, k, v, 0.125)).abs().max() < 1e-5
+    expected = scheme_reference(q, k, v, 0.125)
+    assert expected.abs().amax() > 0.9
+    assert (out - expected).norm() / expected.norm() < 2e-3
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_input_is_not_hidden_by_the_codes(where, bad):
+    """Codes alone would turn a NaN or an infinity into finite garbage; the kernel gives NaN instead, wherever
+    torch's kernel gives a non-finite output and more (a bad q: its row; a bad k or v: its head's rows)."""
+    generator = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 64, 32, generator=generator) for _ in range(3))
+    {"q": q, "k": k, "v": v}[where][0, 1, 5, 3] = bad
+    out = kernel(q, k, v)
+    expected = F.scaled_dot_product_attention(q, k, v)
+    assert not expected.isfinite().all() and (out.isfinite() <= expected.isfinite()).all()
+    rows = out[0, 1].isfinite().all(dim=-1)
+    assert rows.tolist() == [i != 5 for i in range(64)] if where == "q" else not rows.any()
+    assert out[:, 0].isfinite().all()  # the other head is untouched
+
+
+def test_a_range_too_small_to_quantize_codes_as_zero_not_garbage():
+    """Keys (less their mean) and values within 1e-38 of zero: their inverse scales would overflow to infinity; they
+    quantize as zero, so the output is the uniform average of zero values."""
+    generator = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 1, 32, 64, generator=generator)
+    k = torch.randn(1, 1, 64, 64, generator=generator) * 1e-38
+    v = torch.randn(1, 1, 64, 64, generator=generator) * 1e-38
+    assert torch.equal(kernel(q, k, v), torch.zeros(1, 1, 32, 64))
 
 
 @pytest.mark.parametrize(
     "case",
-    ["masked", "bf16", "few queries"],
+    ["masked", "bf16", "few queries", "gradient", "values wider"],
 )
 def test_other_inputs_keep_torchs_kernel(case):
     from vlabench.kernels.int8_attention import MIN_QUERIES, Int8Attention
@@ -126,10 +159,13 @@ def test_other_inputs_keep_torchs_kernel(case):
     bias = torch.zeros(1, 1, queries, 300) if case == "masked" else None
     if case == "bf16":
         q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    if case == "values wider":  # torch's attention takes v wider than q and k; the kernel does not
+        v = torch.randn(1, 4, 300, 96, generator=generator)
+    q.requires_grad_(case == "gradient")
     assert torch.equal(Int8Attention()(q, k, v, bias), attention(q, k, v, bias))
-    unmasked = Int8Attention()(q.float(), k.float(), v.float(), None)
-    if case != "few queries":  # the same inputs in fp32 and unmasked do take the kernel
-        assert not torch.equal(unmasked, attention(q.float(), k.float(), v.float(), None))
+    plain = (q.detach().float(), k.float(), v[..., :64].float())
+    if case != "few queries":  # the same inputs in fp32, unmasked, without a gradient do take the kernel
+        assert not torch.equal(Int8Attention()(*plain, None), attention(*plain, None))
 
 
 def test_torch_compile_keeps_the_kernel_as_one_call():
