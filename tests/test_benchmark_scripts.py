@@ -212,7 +212,10 @@ def test_an_openvino_step_counts_only_the_profiled_steps():
     spec = load_model_spec("smolvla-tiny")
     found = expert_profile.profile_variant("openvino", "fp32", args, spec, Workload.from_spec(spec), ceilings(20.0))
     measured = sum(entry["ms"] for kind, entry in found["classes"].items() if kind != "outside the ops")
-    assert 0 < measured <= found["profiled_step_ms"]  # the prefix and the timed steps are not counted again
+    # The prefix and the warm-up and timed steps (six more steps besides) are not counted again: that would put the
+    # node times at several profiled steps. They can exceed one step's wall by their timers' own cost on a loaded
+    # 2-core host (by 8% in one CI run), so the bound is half a step above it, not the wall itself.
+    assert 0 < measured <= 1.5 * found["profiled_step_ms"]
     assert found["classes"]["attention"]["ms"] > 0 and found["classes"]["weight matmuls"]["ms"] > 0
 
 
