@@ -232,11 +232,10 @@ class Quantizer:
 
     def __call__(self, name: str, module: nn.Module) -> nn.Module | None:
         if isinstance(module, Attention) and self.attention_unit:
-            from vlabench.kernels.amx_attention import AmxAttention
-            from vlabench.kernels.int8_attention import Int8Attention
+            from vlabench.kernels.attention_paths import MODULES
 
             self.attention_kernels += 1
-            return Int8Attention() if self.attention_unit == "avx2" else AmxAttention(self.attention_unit)
+            return MODULES[self.attention_unit]()
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module) if self.precision == "int4" else None

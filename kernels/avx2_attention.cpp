@@ -26,8 +26,9 @@
 #include "avx2_int8.h"
 
 namespace {
-using vlabench_avx2::multiply_rows, vlabench_avx2::OFFSET,
-    vlabench_avx2::quantize_row, vlabench_avx2::store8, vlabench_int8::TILE_N;
+using vlabench_avx2::bytes8, vlabench_avx2::horizontal_max, vlabench_avx2::horizontal_sum, vlabench_avx2::multiply_rows,
+    vlabench_avx2::OFFSET, vlabench_avx2::quantize_row, vlabench_avx2::store8, vlabench_avx2::store_bytes8,
+    vlabench_int8::TILE_N;
 constexpr int ROWS = 4;                    // query rows per pass over a head's packed K and V
 constexpr int64_t QUERY_BLOCK = 64;        // query rows per task
 constexpr float SIGNED_QMAX = 63.f;        // k and v codes: 7 bits, VPMADDUBSW's signed operand
@@ -78,9 +79,7 @@ void pack_keys(const float* k, int64_t stride, int64_t t, int64_t d, int64_t d4,
       _mm256_storeu_ps(centered.data() + c, x);
       vmax = _mm256_max_ps(vmax, _mm256_and_ps(x, magnitude));
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float amax = *std::max_element(lanes, lanes + 8);
+    float amax = horizontal_max(vmax);
     for (int64_t c = whole; c < d; ++c) {
       centered[c] = k[j * stride + c] - mean[c];
       amax = std::max(amax, std::fabs(centered[c]));
@@ -90,14 +89,9 @@ void pack_keys(const float* k, int64_t stride, int64_t t, int64_t d, int64_t d4,
     for (int64_t c = 0; c < whole; c += 8) {
       const __m256i words = codes8(_mm256_loadu_ps(centered.data() + c), _mm256_set1_ps(inverse));
       total = _mm256_add_epi32(total, words);
-      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
-      const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes.data() + c), eight);
+      store_bytes8(codes.data() + c, bytes8(words));
     }
-    alignas(32) int32_t parts[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(parts), total);
-    int32_t sum = 0;
-    for (const int32_t part : parts) sum += part;
+    int32_t sum = horizontal_sum(total);
     for (int64_t c = whole; c < d; ++c) sum += codes[c] = signed_code(centered[c], inverse);
     head.key_scale[j] = scale;
     head.key_offset[j] = OFFSET * sum;
@@ -168,12 +162,6 @@ inline __m256 exp2_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
 }
 
-inline float horizontal_max(__m256 v) {
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, v);
-  return *std::max_element(lanes, lanes + 8);
-}
-
 // A score row (base-2 units, t_pad values, -inf past the keys) and its max -> its u8 codes round(255 * 2^(s - max));
 // returns their sum.
 int32_t probability_codes(const float* s, int64_t t_pad, float max, uint8_t* codes) {
@@ -183,15 +171,9 @@ int32_t probability_codes(const float* s, int64_t t_pad, float max, uint8_t* cod
     const __m256 p = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), row_max));
     const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(p, levels));
     total = _mm256_add_epi32(total, words);
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
-    const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), eight);
+    store_bytes8(codes + j, bytes8<true>(words));
   }
-  alignas(32) int32_t sums[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sums), total);
-  int32_t sum = 0;
-  for (const int32_t part : sums) sum += part;
-  return sum;
+  return horizontal_sum(total);
 }
 
 struct Shape {

@@ -32,6 +32,34 @@ inline __m256 exp_nonpositive(__m256 x) {
 
 inline __m256 abs_neg(__m256 x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.f)); }  // -|x|
 
+inline float horizontal_max(__m256 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  return *std::max_element(lanes, lanes + 8);
+}
+
+inline int32_t horizontal_sum(__m256i v) {
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+  int32_t sum = 0;
+  for (const int32_t lane : lanes) sum += lane;
+  return sum;
+}
+
+// Eight int32 lanes -> eight bytes in the low half (saturated as int8, or as uint8 where Unsigned), in lane order.
+template <bool Unsigned = false>
+inline __m128i bytes8(__m256i words) {
+  const __m256i halves = _mm256_packs_epi32(words, words);
+  __m256i bytes;
+  if constexpr (Unsigned)
+    bytes = _mm256_packus_epi16(halves, _mm256_setzero_si256());
+  else
+    bytes = _mm256_packs_epi16(halves, _mm256_setzero_si256());
+  return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+}
+
+inline void store_bytes8(void* p, __m128i eight) { _mm_storel_epi64(reinterpret_cast<__m128i*>(p), eight); }
+
 // Row `row` of x quantized into `codes` (k bytes; the padding past k meets zero weights); returns its scale. Each code
 // is round-to-nearest-even of x * (1 / scale), saturated to int8, as in amx_int8.cpp's quantize_row, and stored offset
 // by 128 as a u8 (VPMADDUBSW's unsigned operand).
@@ -40,17 +68,13 @@ inline float quantize_row(const float* row, int64_t k, uint8_t* codes) {
   __m256 vmax = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= k; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(row + j), magnitude));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float amax = *std::max_element(lanes, lanes + 8);
+  float amax = horizontal_max(vmax);
   for (; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
   const float scale = amax > vlabench_int8::MIN_RANGE ? amax / 127.f : 1.f, inverse_scale = 1.f / scale;
   const __m256 inverse = _mm256_set1_ps(inverse_scale);
   for (j = 0; j + 8 <= k; j += 8) {
     const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), inverse));
-    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(words, words), _mm256_setzero_si256());
-    const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_xor_si128(eight, _mm_set1_epi8(static_cast<char>(OFFSET))));
+    store_bytes8(codes + j, _mm_xor_si128(bytes8(words), _mm_set1_epi8(static_cast<char>(OFFSET))));
   }
   for (; j < k; ++j)
     codes[j] = static_cast<uint8_t>(std::nearbyint(std::clamp(row[j] * inverse_scale, -127.f, 127.f)) + OFFSET);
