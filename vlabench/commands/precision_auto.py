@@ -103,7 +103,10 @@ def pick(probed: list[ProbedPrecision]) -> tuple[str, str]:
         return best.precision, "the only candidate that passed the correctness gate"
     runner_up = min(others, key=lambda c: c.e2e_p50_ms)
     speedup = runner_up.e2e_p50_ms / best.e2e_p50_ms
-    return best.precision, f"fastest passing: {speedup:.2f}x {runner_up.precision}"
+    return (
+        best.precision,
+        f"the fastest that passed the gate, {speedup:.2f}x as fast as the next, {runner_up.precision}",
+    )
 
 
 def describe(backend: str, choice: PrecisionChoice) -> str:
