@@ -35,14 +35,15 @@ def load(name: str):
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """One dry run, kept lean for two cores: no DP-Cache pass, one profile, one roofline; the eager+compile step of
-    smolvla-tiny fails on purpose, so its eager-only retry must run."""
+    """One dry run, kept lean for two cores: no DP-Cache pass, one quantized precision, one profile, one roofline; the
+    eager+compile step of smolvla-tiny fails on purpose, so its eager-only retry must run."""
     out = tmp_path_factory.mktemp("out")
     env = {
         **os.environ,
         "OUT": str(out),
         "TMPDIR": str(tmp_path_factory.mktemp("work")),
-        "DEVICE_CHECK_VARIANTS": "eager compile fused",
+        "DEVICE_CHECK_VARIANTS": "eager compile fused quant",
+        "DEVICE_CHECK_QUANT_PRECISIONS": "fp8",
         "DEVICE_CHECK_PROFILE_MODELS": "pi0-tiny",
         "DEVICE_CHECK_ROOFLINE": "one",
         "DEVICE_CHECK_FAIL_STEP": "run_smolvla-tiny_base",
@@ -72,6 +73,9 @@ def test_dry_run_archive_holds_a_valid_result_per_tiny_model_a_profile_and_a_roo
     results = [load_result(path) for path in (tmp_path / "results").rglob("*.json")]
     for model in TINY:
         assert any(r.model.name == model and r.valid and r.precision == "fp32" for r in results), model
+    quantized = [r for r in results if r.precision != "fp32"]  # the quant step: the first model only
+    assert [(r.model.name, r.precision, r.backend) for r in quantized] == [("smolvla-tiny", "fp8", "torch")]
+    assert quantized[0].correctness.passed and quantized[0].valid
     assert all(r.energy is not None and r.energy.label == "estimated" for r in results)
     profiles = [json.loads(p.read_text()) for p in (tmp_path / "profiles").rglob("*.profile.json")]
     assert [p["model"] for p in profiles] == ["pi0-tiny"]
@@ -94,6 +98,7 @@ def test_dry_run_records_the_failed_step_and_the_skipped_variants_with_reasons_a
         assert steps[f"run_{model}_fused"][0] == "skipped" and "CUDA" in steps[f"run_{model}_fused"][2]
         assert steps[f"run_{model}_compile"][0] == "skipped" and steps[f"run_{model}_compile"][2]
     assert steps["profile_pi0-tiny"][0] == "ok"
+    assert steps["run_smolvla-tiny_fp8"][0] == "ok" and "| smolvla-tiny | eager fp8 |" in summary
     assert "| pi0-tiny | eager |" in summary
     assert "GPM: no (not a CUDA device)" in summary
     assert "injected failure" in (out / "log.txt").read_text()

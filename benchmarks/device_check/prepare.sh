@@ -20,12 +20,15 @@ max_mb="${DEVICE_CHECK_MAX_MB:-40}"
 
 # What the target lacks (pydantic and plotly with their own needs), plus small pure-Python packages whose version
 # there is unknown and that vlabench's code relies on: typer's CLI API, typing_extensions for pydantic-core,
-# setuptools (>= 69, pyproject.toml's build requirement) to install vlabench itself offline.
+# setuptools (>= 69, pyproject.toml's build requirement) to install vlabench itself offline; torchao for the quant
+# step's int8, fp8 and int4 (constraints.txt's version; its own CUDA extensions may not load with the machine's
+# torch, but these three configs call torch's kernels: the int8 matmul, _weight_int4pack_mm, _scaled_mm).
 packages=(
     pydantic pydantic-core annotated-types typing-inspection typing-extensions
     plotly narwhals packaging
     typer annotated-doc shellingham
     setuptools
+    torchao
 )
 
 pinned_version() {  # constraints.txt, else the version installed here, else nothing (newest)

@@ -15,6 +15,7 @@
 #              if it fails (compilation, capture), eager alone
 #   profile    `vlabench profile --kernels` (GPM and kernel SM coverage where the device has them)
 #   dpcache    `vlabench run --backend torch --dp-cache "{0,1,2,6,8,9}"`
+#   quant      `vlabench run --backend torch --precision P` for P in int8 fp8 int4 (torchao on CUDA), first model only
 #   compile    `vlabench run --backend torch-compile` (without the fused loop)
 #   roofline   `vlabench roofline --result R --json` per result (DP-Cache results: their own roofline block)
 #   finish     environment.json, results.tar.gz, traces, summary.md (summarize.py), also when interrupted
@@ -28,7 +29,8 @@
 # Environment knobs (defaults in brackets; GPU / dry run):
 #   DEVICE_CHECK_MODELS            [smolvla pi0 pi05 / smolvla-tiny pi0-tiny pi05-tiny]
 #   DEVICE_CHECK_PROFILE_MODELS    [smolvla pi0 / smolvla-tiny pi0-tiny]
-#   DEVICE_CHECK_VARIANTS          [eager compile fused dpcache]
+#   DEVICE_CHECK_VARIANTS          [eager compile fused dpcache quant]
+#   DEVICE_CHECK_QUANT_PRECISIONS  [int8 fp8 int4]: the quant step's precisions (fp8: compute capability 8.9+)
 #   DEVICE_CHECK_ROOFLINE          [all / eager]: roofline --result for every result, the eager ones, one, or none
 #   DEVICE_CHECK_BUDGET_S          [450 / 1500]: wall-clock budget of the whole script; steps past it are skipped
 #   DEVICE_CHECK_DP_CACHE          [{0,1,2,6,8,9}]
@@ -91,7 +93,8 @@ else
     profile_iterations=(--iterations 2 --min-duration 0.1 --warmup 1 --no-measure-ceilings)
     roofline_ceilings=--measure-ceilings  # the generic CPU profile has no datasheet peak
 fi
-variants=" ${DEVICE_CHECK_VARIANTS:-eager compile fused dpcache} "
+variants=" ${DEVICE_CHECK_VARIANTS:-eager compile fused dpcache quant} "
+quant_precisions="${DEVICE_CHECK_QUANT_PRECISIONS:-int8 fp8 int4}"
 dp_cache="${DEVICE_CHECK_DP_CACHE:-{0,1,2,6,8,9\}}"
 fail_steps="${DEVICE_CHECK_FAIL_STEP:-}"
 reserve=25    # seconds kept for summary and packing
@@ -298,7 +301,7 @@ timeout_for() {  # step kind, model -> seconds
     case "$1" in
         base) [ "$big" = 1 ] && echo 300 || echo 180 ;;
         compile) [ "$big" = 1 ] && echo 240 || echo 150 ;;
-        dpcache) [ "$big" = 1 ] && echo 180 || echo 120 ;;
+        dpcache | quant) [ "$big" = 1 ] && echo 180 || echo 120 ;;
         profile) [ "$big" = 1 ] && echo 240 || echo 150 ;;
         *) echo 120 ;;
     esac
@@ -340,6 +343,15 @@ step_dpcache() {
     wants dpcache || return 0
     run_step "run_${m}_dpcache" "$(timeout_for dpcache "$m")" vlabench run --model "$m" "${common[@]}" --backend torch \
         --dp-cache "$dp_cache" "${iterations[@]}" "${energy[@]}" --out "$work/results/run_${m}_dpcache"
+}
+
+step_quant() {  # the torch backend's quantized precisions, each gated against fp32 (torchao on CUDA)
+    local m="$1" p
+    wants quant || return 0
+    for p in $quant_precisions; do
+        run_step "run_${m}_${p}" "$(timeout_for quant "$m")" vlabench run --model "$m" --device "$device" \
+            --precision "$p" --seed 0 --backend torch "${iterations[@]}" "${energy[@]}" --out "$work/results/run_${m}_${p}"
+    done
 }
 
 step_profile() {
@@ -390,6 +402,7 @@ if [ -n "$first" ]; then
     step_base "$first"
     in_list "$first" "${profile_list[@]}" && step_profile "$first"
     step_dpcache "$first"
+    step_quant "$first"
     step_compile "$first"
     step_rooflines "$first"
 fi

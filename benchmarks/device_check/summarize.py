@@ -23,6 +23,7 @@ from typing import Any
 PART_BYTES = 15 * 1024 * 1024  # the device tool brings back files of at most 16 MiB
 MAX_TRACE_BYTES = 4 * PART_BYTES  # 8 files at most: summary, log, environment, results + 4 trace parts
 PHASES = (("vision", "vision"), ("prefill", "prefill"), ("denoise_step", "denoise step"), ("e2e", "e2e"))
+QUANTIZED = ("int8", "fp8", "int4")  # precisions named beside the variant (the run's own precision is in its header)
 SM_COLUMNS = (
     ("sm_activity", "SM activity"),
     ("sm_occupancy", "SM occupancy"),
@@ -67,6 +68,8 @@ def variant(result: dict) -> str:
         name += f" + DP-Cache {{{computed}}}/{schedule.get('steps', '?')}"
     if optimization.get("fuse_expert_kv"):
         name += " + fuse-expert-kv"
+    if result.get("precision") in QUANTIZED:
+        name += f" {result['precision']}"
     return name
 
 
