@@ -215,7 +215,7 @@ class OpenVinoBackend(Backend):
         native = [self.capabilities(name) for name in self.hardware()]
         floats = tuple(p for cap, p in CAPABILITIES.items() if all(cap in caps for caps in native))
         on_cpu = all(openvino_engine(name) == "cpu" for name in self.hardware())
-        return floats + (Precision.QUANTIZED if on_cpu and nncf_missing() is None else ())
+        return floats + (tuple(SCHEMES) if on_cpu and nncf_missing() is None else ())
 
     def prepare(
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int

@@ -1,4 +1,4 @@
-"""Quantized torch replicas: int8 and int4 Linear layers through torchao and torch's own int4 kernels.
+"""Quantized torch replicas: int8, fp8 and int4 Linear layers through torchao and torch's own int4 kernels.
 
 The replica is built module by module (``build_replica(transform=...)``): each Linear is filled with its seeded
 fp32 weights and quantized at once, so the float model never exists whole (OpenVLA-7B: 30 GB at fp32) and peak
@@ -25,8 +25,14 @@ Schemes, per device type:
   former ``Int4CPULayout`` called). torchao 0.18's own int4 tensors have no CPU path in a CPU torch build
   (``Int4WeightOnlyConfig`` needs mslk or CUDA). Activations enter each int4 linear in bf16 (the kernel's fast
   path; fp32 is over 20× slower) and leave as fp32.
+- CPU fp8: torchao ``Float8WeightOnlyConfig`` (e4m3 weights, one scale per output channel), dequantized to bf16
+  in each linear. No CPU computes fp8, so this is emulated and slower than bf16 (``--precision auto`` never picks
+  it); it previews on any host what fp8 weights do to a model's actions.
 - CUDA int8: torchao ``Int8WeightOnlyConfig``; CUDA int4: torchao ``Int4WeightOnlyConfig`` (group 128, tinygemm
-  ``tile_packed_to_4d``, bf16 activations inside each linear). Built and gated on CUDA; not exercised on CPU hosts.
+  ``tile_packed_to_4d``, bf16 activations inside each linear); CUDA fp8 (compute capability 8.9 and later: Ada,
+  Hopper, Blackwell): torchao ``Float8DynamicActivationFloat8WeightConfig`` per row (e4m3 weights per output
+  channel, activations per token, dynamic; ``torch._scaled_mm``; bf16 outside each linear). Built and gated on
+  CUDA; not exercised on CPU hosts.
 """
 
 from __future__ import annotations
@@ -73,7 +79,12 @@ SCHEMES = {
     ("cuda", "int8"): "torchao int8 weight-only (per-channel)",
     ("cuda", "int4"): "torchao int4 weight-only, group 128 (tinygemm tile_packed_to_4d, bf16 activations inside "
     "each linear)",
+    ("cpu", "fp8"): "torchao fp8 weight-only (e4m3 per output channel, dequantized to bf16 in each linear; emulated: "
+    "no CPU computes fp8)",
+    ("cuda", "fp8"): "torchao fp8 dynamic activation + fp8 weight (e4m3, per-token activation and per-channel weight "
+    "scales, torch._scaled_mm; bf16 activations inside each linear)",
 }
+FP8_CAPABILITY = (8, 9)  # CUDA compute capability of fp8 tensor cores (Ada; Hopper is 9.0)
 
 
 def torchao_missing() -> str | None:
@@ -84,8 +95,8 @@ def torchao_missing() -> str | None:
 
 
 def quantized_precisions(device: torch.device) -> tuple[str, ...]:
-    """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0; CPU
-    int8 without torchao through vlabench's int8 kernel where one of its paths runs)."""
+    """The quantized precisions the torch backend runs on ``device`` here (CUDA int4: compute capability ≥ 8.0, fp8:
+    ≥ 8.9; CPU int8 without torchao through vlabench's int8 kernel where one of its paths runs)."""
     if device.type == "cpu" and torchao_missing():
         from vlabench.kernels import amx_int8
 
@@ -95,8 +106,17 @@ def quantized_precisions(device: torch.device) -> tuple[str, ...]:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             return ()
-        return ("int8", "int4") if torch.cuda.get_device_capability(device) >= (8, 0) else ("int8",)
-    return ("int8", "int4")
+        return cuda_quantized_precisions(torch.cuda.get_device_capability(device))
+    return ("int8", "fp8", "int4")
+
+
+def cuda_quantized_precisions(capability: tuple[int, int]) -> tuple[str, ...]:
+    """The quantized precisions torchao runs on a CUDA GPU of this compute capability."""
+    return (
+        "int8",
+        *(("fp8",) if capability >= FP8_CAPABILITY else ()),
+        *(("int4",) if capability >= (8, 0) else ()),
+    )
 
 
 def scheme(device: torch.device, precision: str, int8_scheme: str | None = None) -> str:
@@ -255,18 +275,27 @@ class Quantizer:
     def _torchao(self, module: nn.Linear, group: int | None) -> nn.Module:
         quiet_torchao_import()
         from torchao.quantization import (
+            Float8DynamicActivationFloat8WeightConfig,
+            Float8WeightOnlyConfig,
             Int4WeightOnlyConfig,
             Int8DynamicActivationInt8WeightConfig,
             Int8WeightOnlyConfig,
+            PerRow,
             quantize_,
         )
 
-        if self.precision == "int4":  # CUDA: tinygemm takes bf16 weights and activations
-            self.groups.add(128)
+        if self.precision in ("int4", "fp8"):  # CUDA int4 (tinygemm) and fp8 take bf16 weights and activations
+            if self.precision == "int4":
+                self.groups.add(128)
+                bf16_config = Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d")
+            elif self.device.type == "cpu":
+                bf16_config = Float8WeightOnlyConfig()
+            else:
+                bf16_config = Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())
             inner = nn.Sequential(module.to(torch.bfloat16))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                quantize_(inner, Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"))
+                quantize_(inner, bf16_config)
             return CastLinear(inner[0], torch.bfloat16)
         config = Int8DynamicActivationInt8WeightConfig() if self.device.type == "cpu" else Int8WeightOnlyConfig()
         holder = nn.Sequential(module)

@@ -146,7 +146,7 @@ def test_another_backend_or_precision_computes_the_schedules_actions(tmp_path):
         (("--model", "nonsense"), 2, "Valid models:"),
         (("--model", "diffusion-policy-tiny", "--checkpoint", "/no/such/checkpoint"), 2, "no such file"),
         (("--model", "gr00t-n1.5-tiny", "--checkpoint", "/no/such/checkpoint"), 2, "no lerobot layout"),
-        (("--model", "gr00t-n1.5-tiny", "--precision", "fp8"), 2, "Valid precisions:"),
+        (("--model", "gr00t-n1.5-tiny", "--precision", "fp6"), 2, "Valid precisions:"),
     ],
 )
 def test_bad_targets_are_one_line_errors(args, code, message, tmp_path):

@@ -1,4 +1,4 @@
-"""`vlabench fidelity --closed-loop-precisions`: the trained closed-loop policy at bf16, int8 and int4 (int8/int4
+"""`vlabench fidelity --closed-loop-precisions`: the trained closed-loop policy at bf16, int8, fp8 and int4 (int8/int4
 through the torch backend's own CPU quantizers) on the same seeded episodes and noise as the exact fp32 path."""
 
 import importlib.util
@@ -50,7 +50,12 @@ def chunk(policy, obs, noise):
 
 @pytest.mark.parametrize(
     "precision, tolerance",
-    [("bf16", 0.05), pytest.param("int8", 0.05, marks=needs_torchao), pytest.param("int4", 0.25, marks=needs_torchao)],
+    [
+        ("bf16", 0.05),
+        pytest.param("int8", 0.05, marks=needs_torchao),
+        pytest.param("fp8", 0.1, marks=needs_torchao),
+        pytest.param("int4", 0.25, marks=needs_torchao),
+    ],
 )
 def test_each_precision_acts_close_to_fp32_but_not_identically(policy, precision, tolerance):
     generator = torch.Generator().manual_seed(3)
@@ -81,6 +86,12 @@ def test_quantized_policies_hold_the_backends_quantized_modules(policy):
     assert int4.float_linears == ("action_in", "action_out", "obs_in")  # 10- and 2-wide: no int4 group fits
     assert all(type(int4.policy.get_submodule(name)) is nn.Linear for name in int4.float_linears)
     assert int4.scheme == torch_quantize.scheme(CPU, "int4").replace("groups of 128", "groups of 32")
+
+    fp8 = policy_at(policy, "fp8")
+    cast = {n for n, m in fp8.policy.named_modules() if isinstance(m, torch_quantize.CastLinear)}
+    assert cast == set(fp8.quantized_linears) == linears and not fp8.float_linears  # e4m3 takes every shape
+    assert fp8.scheme == torch_quantize.scheme(CPU, "fp8")
+    assert all(fp8.policy.get_submodule(n).inner.weight.qdata.dtype == torch.float8_e4m3fn for n in cast)
 
     bf16 = policy_at(policy, "bf16")
     assert {p.dtype for p in bf16.policy.parameters()} | {b.dtype for b in bf16.policy.buffers()} == {torch.bfloat16}
@@ -130,6 +141,7 @@ def test_a_precision_that_cannot_run_is_skipped_with_the_reason(monkeypatch):
     assert [row.precision for row in rows] == ["bf16"] and rows[0].stats.variant == "exact bf16"
     assert skipped == [
         ("exact int8", "quantized torch runs need torchao: pip install x"),
+        ("exact fp8", "quantized torch runs need torchao: pip install x"),
         ("exact int4", "quantized torch runs need torchao: pip install x"),
     ]
     if importlib.util.find_spec("torchao") is not None:
@@ -144,7 +156,7 @@ def test_a_bad_precision_is_a_usage_error_naming_the_valid_ones(value, tmp_path)
     result = CliRunner().invoke(app, args, terminal_width=200)
     assert result.exit_code == 2, result.output
     assert "--closed-loop-precisions" in result.output and "Traceback" not in result.output
-    assert "bf16, int4, int8" in result.output
+    assert "bf16, fp8, int4, int8" in " ".join(result.output.replace("│", " ").split())  # the panel wraps
     assert not list(tmp_path.iterdir())  # refused before any work
 
 

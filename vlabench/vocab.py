@@ -61,18 +61,19 @@ class Phase:
 class Precision:
     """Numeric precisions: names, torch dtypes, bytes per weight element, and the default rule.
 
-    ``fp32``/``bf16``/``fp16`` are float precisions (weights and activations in that dtype). ``int8`` and ``int4``
-    are quantized: weights stored in that many bits (and, where the runtime supports it, int8 activations); a
+    ``fp32``/``bf16``/``fp16`` are float precisions (weights and activations in that dtype). ``int8``, ``fp8``
+    (e4m3) and ``int4`` are quantized: weights stored in that many bits (and, where the runtime supports it,
+    activations in int8 or fp8); a
     quantized run's inputs and outputs are ``QUANTIZED_ACTIVATIONS``, and each backend declares what its float parts
     run in (fp32, or bf16 where the CPU runs it natively: OpenVINO's default, torch's AMX int8 scheme).
     """
 
     DTYPES: ClassVar[dict[str, torch.dtype]] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    QUANTIZED: ClassVar[tuple[str, ...]] = ("int8", "int4")
-    NAMES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8", "int4")
+    QUANTIZED: ClassVar[tuple[str, ...]] = ("int8", "fp8", "int4")
+    NAMES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8", "fp8", "int4")
     AUTO = "auto"
     """Not a precision: ``--precision auto`` asks the planner for the fastest native precision that passes the gate."""
-    BYTES: ClassVar[dict[str, float]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "int4": 0.5}
+    BYTES: ClassVar[dict[str, float]] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1, "int4": 0.5}
     QUANTIZED_ACTIVATIONS: ClassVar[torch.dtype] = torch.float32
     """The dtype of a quantized run's inputs and outputs (and of its float parts unless the backend says otherwise)."""
     REFERENCE = "fp32"

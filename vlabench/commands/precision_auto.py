@@ -25,6 +25,9 @@ CPU_FLAGS = {"bf16": NATIVE_BF16_FLAGS, "fp16": NATIVE_FP16_FLAGS, "int8": NATIV
 """The CPU flags under which a precision's matrix products run in hardware (int4 weights are unpacked to int8
 operands; AVX2's int8 product is VPMADDUBSW, which every int8 runtime here uses on such CPUs); without them the
 runtime emulates it, slower than fp32."""
+EMULATED_ON_EVERY_CPU = {
+    "fp8": "not native on this CPU: no CPU computes fp8; its weights are dequantized to bf16 in each linear (emulated)"
+}
 PROBE_ITERATIONS = 3
 MARGIN = 0.05
 """A less precise candidate must be more than this much faster than a more precise passing one to be chosen."""
@@ -62,6 +65,8 @@ def native_reason(precision: str, engine: str, flags: set[str] | None = None) ->
         return None
     if engine != "cpu":
         return None
+    if precision in EMULATED_ON_EVERY_CPU:
+        return EMULATED_ON_EVERY_CPU[precision]
     needed = CPU_FLAGS.get(precision, frozenset())
     have = read_cpu_flags() if flags is None else flags
     if needed & have:

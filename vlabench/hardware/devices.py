@@ -41,7 +41,7 @@ class Detection(BaseModel):
     arch: str | None = Field(default=None, description="matched against platform.machine()")
 
 
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 SensorName = Literal["nvml", "jetson-ina3221", "tegrastats", "rapl", "npu-smi", "external-csv"]
 
 

@@ -38,6 +38,7 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp16": Tolerance(max_relative_error=5e-2, min_cosine=0.999),
     "bf16": Tolerance(max_relative_error=0.25, min_cosine=0.99),
     "int8": Tolerance(max_relative_error=0.25, min_cosine=0.99),
+    "fp8": Tolerance(max_relative_error=0.25, min_cosine=0.99),
     "int4": Tolerance(max_relative_error=0.5, min_cosine=0.95),
 }
 """Per-precision bounds (rationale and measurements: docs/precision.md, "Correctness tolerances per precision").

@@ -133,8 +133,10 @@ class TimestepEncoder(nn.Module):
         self.linear_1 = nn.Linear(channels, width)
         self.linear_2 = nn.Linear(width, width)
 
-    def forward(self, steps: Tensor) -> Tensor:
-        embedded = sinusoid(steps, self.channels, flip=True, shift=1.0).to(self.linear_1.bias.dtype)
+    def forward(self, steps: Tensor, dtype: torch.dtype) -> Tensor:
+        """The steps' embedding, computed in ``dtype`` (the float parts' dtype; a quantized linear_1 may hold no
+        float weight to read it from)."""
+        embedded = sinusoid(steps, self.channels, flip=True, shift=1.0).to(dtype)
         return self.linear_2(F.silu(self.linear_1(embedded)))
 
 
@@ -149,7 +151,7 @@ class DiT(nn.Module):
         self.proj_out_2 = nn.Linear(dit.inner, dit.output_dim)
 
     def forward(self, x: Tensor, steps: Tensor, features: Tensor, cross_bias: Tensor) -> Tensor:
-        temb = self.timestep_encoder(steps).to(x.dtype)
+        temb = self.timestep_encoder(steps, x.dtype).to(x.dtype)
         for block in self.transformer_blocks:
             x = block(x, temb, features, cross_bias)
         shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=-1)

@@ -1,13 +1,14 @@
-"""The closed-loop policy at reduced precision: bf16, or int8/int4 through the torch backend's own quantizers.
+"""The closed-loop policy at reduced precision: bf16, or int8/fp8/int4 through the torch backend's own quantizers.
 
 Each precision's copy of the trained policy runs the exact sampler on the same seeded episodes and noise as the fp32
 policy (``success_rate``), so its success is what that scheme does to the task:
 
 - ``bf16``: weights, buffers and activations in bf16; observations and noise enter in bf16 and the actions leave as
   fp32 for the environment (the sinusoidal time embedding is computed in fp32, then cast, as in the replicas).
-- ``int8`` / ``int4``: ``vlabench.backends.torch_quantize.Quantizer`` on the CPU, the transform a ``--backend torch
-  --precision int8|int4`` run applies to its replica, module by module: each Linear it takes is replaced, the ones it
-  declines (a shape the int4 kernels refuse) stay fp32, and activations between layers stay fp32.
+- ``int8`` / ``fp8`` / ``int4``: ``vlabench.backends.torch_quantize.Quantizer`` on the CPU, the transform a
+  ``--backend torch --precision int8|fp8|int4`` run applies to its replica, module by module: each Linear it takes
+  is replaced, the ones it declines (a shape the int4 kernels refuse) stay fp32, and activations between layers
+  stay fp32.
 
 A precision that cannot run here (torchao missing, a kernel that refuses, no layer the scheme takes) raises
 ``UnavailableError`` with the reason, which ``vlabench fidelity`` reports as a skipped variant.
@@ -28,7 +29,7 @@ from vlabench.optimizations.closed_loop.policy import SmallFlowPolicy
 from vlabench.optimizations.closed_loop.reacher import OBS_DIM
 from vlabench.optimizations.fidelity import FidelityVariant
 
-PRECISIONS = ("bf16", "int8", "int4")
+PRECISIONS = ("bf16", "int8", "fp8", "int4")
 """The policy precisions the closed loop evaluates besides fp32, in the order rows are written."""
 NONE = "none"
 BF16_SCHEME = "bf16 weights and activations (observations and noise cast to bf16, actions back to fp32)"
@@ -77,7 +78,8 @@ def parse_precisions(text: str) -> tuple[str, ...]:
 
 
 def policy_at(policy: SmallFlowPolicy, precision: str) -> PolicyAtPrecision:
-    """A copy of ``policy`` at ``precision`` (bf16, int8, int4), probed once; UnavailableError when it cannot run."""
+    """A copy of ``policy`` at ``precision`` (bf16, int8, fp8, int4), probed once; UnavailableError when it cannot
+    run."""
     if precision not in PRECISIONS:
         raise unknown_name("closed-loop precision", precision, PRECISIONS)
     model = copy.deepcopy(policy).eval().requires_grad_(False)
