@@ -38,7 +38,6 @@ Schemes, per device type:
 from __future__ import annotations
 
 import importlib.util
-import logging
 import warnings
 from dataclasses import fields, replace
 from typing import Any
@@ -47,16 +46,20 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
+from vlabench.backends.torch_quant_layers import (
+    CastLinear,
+    Int4PackedLinear,
+    fp8_takes,
+    int4_group,
+    quiet_torchao_import,
+)
 from vlabench.errors import UnavailableError
 from vlabench.models.replicas import build_replica
 from vlabench.models.replicas.layers import Attention
 from vlabench.models.specs import ModelSpec
 from vlabench.vocab import Precision
 
-GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU kernel takes 32-256)
-INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 KEEP_FLOAT = ("lm_head",)  # Linear layers whose weight the replica reads as a matrix
-INT4_ACTIVATIONS = torch.bfloat16
 # CPU int8, for --quant-scheme; the default is the first that runs here
 INT8_SCHEMES = ("amx", "vnni", "avx2", "torchao")
 KERNEL_SCHEMES = {
@@ -151,64 +154,6 @@ def choose_int8_scheme(device: torch.device, requested: str | None) -> tuple[str
     return "torchao", passed_over
 
 
-def quiet_torchao_import() -> None:
-    """Import torchao without its warnings about CUDA-only extension libraries a CPU torch cannot load, and torch's
-    deprecation notice about how torchao registers an enum."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        import torchao  # noqa: F401
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
-class Int4PackedLinear(nn.Module):
-    """A Linear whose weight is int4 in torch's CPU int4-pack layout; bf16 inside the kernel, fp32 outside."""
-
-    def __init__(self, linear: nn.Linear, group: int) -> None:
-        super().__init__()
-        quiet_torchao_import()
-        from torchao.quantization.utils import groupwise_affine_quantize_tensor
-
-        self.in_features, self.out_features, self.group = linear.in_features, linear.out_features, group
-        codes, scales_and_zeros = groupwise_affine_quantize_tensor(
-            linear.weight.detach().float(), 4, group, INT4_ACTIVATIONS
-        )
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.int(), 1))
-        self.register_buffer("scales_and_zeros", scales_and_zeros)
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, self.in_features).to(INT4_ACTIVATIONS)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, self.scales_and_zeros)
-        out = out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int4 group={self.group}"
-
-
-class CastLinear(nn.Module):
-    """Runs a torchao-quantized Linear that takes ``dtype`` activations from a model whose activations are fp32."""
-
-    def __init__(self, inner: nn.Module, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.inner, self.dtype = inner, dtype
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.inner(x.to(self.dtype)).to(x.dtype)
-
-
-def int4_group(linear: nn.Linear) -> int | None:
-    """The int4 group size for this layer's input width, or None when the int4 kernels cannot take its shape."""
-    if linear.out_features % INT4_ROWS:
-        return None
-    return next((size for size in GROUP_SIZES if linear.in_features % size == 0), None)
-
-
 class Quantizer:
     """The ``build_replica`` transform for one (device, precision): quantizes each eligible Linear, counts them."""
 
@@ -223,6 +168,7 @@ class Quantizer:
         if missing and not self.on_kernel:
             raise UnavailableError(missing)
         self.device, self.precision = device, precision
+        self.fp8_on_cuda = (device.type, precision) == ("cuda", "fp8")
         self.attention_unit = self._attention_unit()  # the attention kernel's path under the scheme, if any
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
@@ -259,7 +205,8 @@ class Quantizer:
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module) if self.precision == "int4" else None
-        if name.rsplit(".", 1)[-1] in KEEP_FLOAT or (self.precision == "int4" and group is None):
+        refused = group is None if self.precision == "int4" else self.fp8_on_cuda and not fp8_takes(module)
+        if name.rsplit(".", 1)[-1] in KEEP_FLOAT or refused:
             self.kept[name] = module.weight.numel()
             return None
         self.quantized[name] = module.weight.numel()

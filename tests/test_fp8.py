@@ -22,7 +22,8 @@ from tests.test_quantized_runtimes import run_against_reference
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_quantize import CastLinear, cuda_quantized_precisions
+from vlabench.backends.torch_quant_layers import fp8_takes
+from vlabench.backends.torch_quantize import CastLinear, Quantizer, cuda_quantized_precisions
 
 CPU = torch.device("cpu")
 FAMILIES = [
@@ -71,6 +72,16 @@ def test_fp8_is_declared_where_torchao_runs_it():
     assert cuda_quantized_precisions((7, 5)) == ("int8",)
     assert "fp8" not in OnnxRuntimeBackend().precisions(CPU)
     assert "fp8" not in OpenVinoBackend().precisions(CPU)
+
+
+def test_fp8_on_cuda_keeps_float_the_layers_scaled_mm_cannot_take():
+    """torchao would leave them in bf16 silently; the quantizer keeps them float itself, so the counts are true."""
+    assert fp8_takes(torch.nn.Linear(32, 720)) and not fp8_takes(torch.nn.Linear(720, 10))
+    assert not fp8_takes(torch.nn.Linear(20, 32))
+    quantizer = Quantizer(torch.device("cuda"), "fp8")  # built without a GPU; only a refused layer is handed to it
+    assert quantizer("action_out_proj", torch.nn.Linear(720, 10)) is None
+    assert quantizer.kept == {"action_out_proj": 7200} and not quantizer.quantized
+    assert Quantizer(CPU, "fp8")("action_out_proj", torch.nn.Linear(720, 10)) is not None  # weight-only takes it
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
