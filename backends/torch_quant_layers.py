@@ -12,6 +12,7 @@ from torch import Tensor, nn
 GROUP_SIZES = (128, 64, 32)  # int4 group sizes, largest first (torch's int4 CPU kernel takes 32-256)
 INT4_ROWS = 16  # the int4 CPU packing needs output features in multiples of 16
 INT4_ACTIVATIONS = torch.bfloat16
+CUDA_INT4_GROUP = 128  # torchao's CUDA int4 (tinygemm) group, as configured by the quantizer
 FP8_MULTIPLE = 16  # torch._scaled_mm needs both widths of an fp8 weight in multiples of 16
 
 
@@ -72,8 +73,12 @@ def fp8_takes(linear: nn.Linear) -> bool:
     return linear.in_features % FP8_MULTIPLE == 0 and linear.out_features % FP8_MULTIPLE == 0
 
 
-def int4_group(linear: nn.Linear) -> int | None:
-    """The int4 group size for this layer's input width, or None when the int4 kernels cannot take its shape."""
+def int4_group(linear: nn.Linear, device_type: str = "cpu") -> int | None:
+    """The int4 group size for this layer's input width on ``device_type``, or None when the int4 kernels cannot take
+    its shape. CUDA: ``CUDA_INT4_GROUP`` where it divides the input width (torchao leaves other layers in bf16 without
+    a word); CPU: the largest of ``GROUP_SIZES`` that divides it, with output features in multiples of ``INT4_ROWS``."""
+    if device_type != "cpu":
+        return CUDA_INT4_GROUP if linear.in_features % CUDA_INT4_GROUP == 0 else None
     if linear.out_features % INT4_ROWS:
         return None
     return next((size for size in GROUP_SIZES if linear.in_features % size == 0), None)

@@ -204,7 +204,7 @@ class Quantizer:
             return MODULES[self.attention_unit]()
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
-        group = int4_group(module) if self.precision == "int4" else None
+        group = int4_group(module, self.device.type) if self.precision == "int4" else None
         refused = group is None if self.precision == "int4" else self.fp8_on_cuda and not fp8_takes(module)
         if name.rsplit(".", 1)[-1] in KEEP_FLOAT or refused:
             self.kept[name] = module.weight.numel()
@@ -233,8 +233,8 @@ class Quantizer:
 
         if self.precision in ("int4", "fp8"):  # CUDA int4 (tinygemm) and fp8 take bf16 weights and activations
             if self.precision == "int4":
-                self.groups.add(128)
-                bf16_config = Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d")
+                self.groups.add(group)
+                bf16_config = Int4WeightOnlyConfig(group_size=group, int4_packing_format="tile_packed_to_4d")
             elif self.device.type == "cpu":
                 bf16_config = Float8WeightOnlyConfig()
             else:

@@ -22,7 +22,7 @@ from tests.test_quantized_runtimes import run_against_reference
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_quant_layers import fp8_takes
+from vlabench.backends.torch_quant_layers import fp8_takes, int4_group
 from vlabench.backends.torch_quantize import CastLinear, Quantizer, cuda_quantized_precisions
 
 CPU = torch.device("cpu")
@@ -82,6 +82,14 @@ def test_fp8_on_cuda_keeps_float_the_layers_scaled_mm_cannot_take():
     assert quantizer("action_out_proj", torch.nn.Linear(720, 10)) is None
     assert quantizer.kept == {"action_out_proj": 7200} and not quantizer.quantized
     assert Quantizer(CPU, "fp8")("action_out_proj", torch.nn.Linear(720, 10)) is not None  # weight-only takes it
+
+
+def test_cuda_int4_keeps_float_the_layers_its_group_does_not_divide():
+    """torchao's CUDA int4 skips an input width that is not a multiple of its group (128) without a word, too."""
+    quantizer = Quantizer(torch.device("cuda"), "int4")
+    assert quantizer("state_proj", torch.nn.Linear(96, 720)) is None  # 96: the CPU kernel would take it in groups of 32
+    assert quantizer.kept == {"state_proj": 69120} and not quantizer.quantized
+    assert int4_group(torch.nn.Linear(96, 720)) == 32 and int4_group(torch.nn.Linear(256, 720), "cuda") == 128
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
