@@ -180,6 +180,20 @@ def small_fit(monkeypatch):
     projection_score.fitted_model.cache_clear()
 
 
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_roofline_cli_takes_a_quantized_precision_the_profile_quotes(precision, tmp_path, small_fit):
+    """The floors use the profile's int8/fp8 peak (its kernel count traced with fp32 activations, as quantized runs
+    compute them); a quantized precision the profile quotes no peak for is a one-line error, not a traceback."""
+    args = ["roofline", "--model", "smolvla-tiny", "--device", "h200", "--no-html", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--precision", precision, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["report"]
+    assert report["precision"] == precision
+    assert report["ceilings"][0]["peak_tflops"] == load_device_profile("h200").peak_tflops[precision].value
+    refused = CliRunner().invoke(app, [*args, "--precision", "int4"])
+    assert refused.exit_code == 2 and "no int4 peak" in refused.output and "Traceback" not in refused.output
+
+
 def test_roofline_cli_projects_pi0_to_a_device_not_present(tmp_path, small_fit):
     args = ["roofline", "--model", "pi0", "--device", "jetson-thor", "--precision", "bf16", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, [*args, "--json"])

@@ -101,7 +101,7 @@ def count_kernels(spec: ModelSpec, workload: Workload, precision: str) -> Kernel
 def _trace(spec: ModelSpec, workload: Workload, precision: str) -> dict[ModelPhase, list[bool]]:
     from vlabench.models.replicas import replica_class
 
-    dtype, meta = Precision.DTYPES[precision], torch.device("meta")
+    dtype, meta = Precision.dtype(precision), torch.device("meta")  # quantized: traced with fp32 activations
     with meta:
         model = replica_class(spec)(spec).to(dtype)
     obs = synthetic_observation(spec, workload, 0, dtype, torch.device("cpu"))
