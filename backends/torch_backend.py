@@ -105,7 +105,7 @@ class TorchBackend(Backend):
         return None
 
     def precisions(self, device: torch.device) -> tuple[str, ...]:
-        """The float precisions, and int8/int4 where torchao (and, for int4, the device) supports them."""
+        """The float precisions, and int8/fp8/int4 where torchao (or vlabench's int8 kernel) and the device run them."""
         return (*Precision.DTYPES, *quantized_precisions(device))
 
     def prepare(

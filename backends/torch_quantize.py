@@ -31,8 +31,8 @@ Schemes, per device type:
 - CUDA int8: torchao ``Int8WeightOnlyConfig``; CUDA int4: torchao ``Int4WeightOnlyConfig`` (group 128, tinygemm
   ``tile_packed_to_4d``, bf16 activations inside each linear); CUDA fp8 (compute capability 8.9 and later: Ada,
   Hopper, Blackwell): torchao ``Float8DynamicActivationFloat8WeightConfig`` per row (e4m3 weights per output
-  channel, activations per token, dynamic; ``torch._scaled_mm``; bf16 outside each linear). Built and gated on
-  CUDA; not exercised on CPU hosts.
+  channel, activations per token, dynamic; ``torch._scaled_mm``; bf16 inside each linear, fp32 outside). Built and
+  gated on CUDA; not exercised on CPU hosts.
 """
 
 from __future__ import annotations

@@ -126,5 +126,6 @@ def stream_bandwidth(device: torch.device, megabytes: int = 256, budget_s: float
 
 def measure_ceilings(device: torch.device, precisions: tuple[str, ...] = ("fp32", "bf16")) -> list[MeasuredCeiling]:
     """GEMM peak per precision and the stream bandwidth; int4 has no GEMM of its own (its weights are unpacked to
-    int8 or bf16 operands), so its roofline rests on the bandwidth and the profile's quoted peak."""
+    int8 or bf16 operands) and fp8's (``torch._scaled_mm``) needs fp8 tensor cores, so their rooflines rest on the
+    bandwidth and the profile's quoted peak."""
     return [*(gemm_peak(p, device) for p in precisions if p in DTYPES), stream_bandwidth(device)]

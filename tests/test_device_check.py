@@ -43,7 +43,7 @@ def dry_run(tmp_path_factory):
         "OUT": str(out),
         "TMPDIR": str(tmp_path_factory.mktemp("work")),
         "DEVICE_CHECK_VARIANTS": "eager compile fused quant",
-        "DEVICE_CHECK_QUANT_PRECISIONS": "fp8",
+        "DEVICE_CHECK_QUANT_PRECISIONS": "fp8 int3",  # int3: a precision the backend does not declare
         "DEVICE_CHECK_PROFILE_MODELS": "pi0-tiny",
         "DEVICE_CHECK_ROOFLINE": "one",
         "DEVICE_CHECK_FAIL_STEP": "run_smolvla-tiny_base",
@@ -99,6 +99,8 @@ def test_dry_run_records_the_failed_step_and_the_skipped_variants_with_reasons_a
         assert steps[f"run_{model}_compile"][0] == "skipped" and steps[f"run_{model}_compile"][2]
     assert steps["profile_pi0-tiny"][0] == "ok"
     assert steps["run_smolvla-tiny_fp8"][0] == "ok" and "| smolvla-tiny | eager fp8 |" in summary
+    assert steps["run_smolvla-tiny_int3"][0] == "skipped" and "does not run int3" in steps["run_smolvla-tiny_int3"][2]
+    assert "int8 fp8 int4" in steps["run_smolvla-tiny_int3"][2]  # what it does run, from the backend itself
     assert "| pi0-tiny | eager |" in summary
     assert "GPM: no (not a CUDA device)" in summary
     assert "injected failure" in (out / "log.txt").read_text()

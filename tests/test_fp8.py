@@ -18,7 +18,7 @@ from vlabench.results.schema import load_result
 
 pytest.importorskip("torchao")
 
-from tests.test_quantized_runtimes import run_against_reference
+from tests.quantized_reference import run_against_reference
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
@@ -81,7 +81,8 @@ def test_fp8_on_cuda_keeps_float_the_layers_scaled_mm_cannot_take():
     quantizer = Quantizer(torch.device("cuda"), "fp8")  # built without a GPU; only a refused layer is handed to it
     assert quantizer("action_out_proj", torch.nn.Linear(720, 10)) is None
     assert quantizer.kept == {"action_out_proj": 7200} and not quantizer.quantized
-    assert Quantizer(CPU, "fp8")("action_out_proj", torch.nn.Linear(720, 10)) is not None  # weight-only takes it
+    weight_only = Quantizer(CPU, "fp8")("action_out_proj", torch.nn.Linear(720, 10))  # weight-only takes any shape
+    assert weight_only.inner.weight.qdata.dtype == torch.float8_e4m3fn
 
 
 def test_cuda_int4_keeps_float_the_layers_its_group_does_not_divide():

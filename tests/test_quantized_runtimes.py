@@ -10,7 +10,7 @@ import torch
 from vlabench.analysis.memory import check_fits, estimate_footprint
 from vlabench.errors import InputError, InsufficientMemoryError
 from vlabench.measure.action_loops import make_sampler
-from vlabench.measure.correctness import TOLERANCES, compare, reference_actions
+from vlabench.measure.correctness import compare, reference_actions
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
@@ -18,6 +18,7 @@ from vlabench.models.workload import Workload
 pytest.importorskip("torchao")
 pytest.importorskip("onnxruntime")
 
+from tests.quantized_reference import check, run_against_reference
 from vlabench.backends import onnxruntime_quantize
 from vlabench.backends.onnx_export import export_onnx
 from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
@@ -25,37 +26,9 @@ from vlabench.backends.torch_backend import TorchBackend
 from vlabench.backends.torch_quantize import Int4PackedLinear, quantized_precisions
 
 CPU = torch.device("cpu")
-TOKEN_MODELS = {"openvla-7b-tiny"}
-MIN_COSINE = {"int8": 0.999, "int4": 0.95}
 
 
 pytestmark = pytest.mark.usefixtures("module_cache")
-
-
-def run_against_reference(policy, name, tiny_inputs, precision):
-    """The policy's action chunk, the gate's verdict at ``precision`` (when it has a tolerance) and, for token
-    models, the share of action tokens equal to the reference's (equal bins are equal tokens)."""
-    spec, workload, obs, noise = tiny_inputs(name)
-    sampler = make_sampler(spec, workload, CPU, None)
-    with torch.inference_mode():
-        actions = sampler.sample(policy, policy.prefix(obs), noise)
-    reference = reference_actions(spec, workload, 0, obs, noise, CPU)
-    agreement = float((actions == reference).float().mean()) if name in TOKEN_MODELS else None
-    verdict = compare(actions, reference, noise, precision) if precision in TOLERANCES else None
-    cosine = compare(actions, reference, noise, "fp32").displacement_cosine
-    return actions, (verdict, cosine), agreement
-
-
-def check(verdicts, agreement, name, precision):
-    """The gate's tolerance when it has one for ``precision``; always a floor on the displacement cosine (tiny
-    models measured: int8 ≥ 0.9994, int4 ≥ 0.966) and, at int8, every token of a token model."""
-    verdict, cosine = verdicts
-    if verdict is not None:
-        assert verdict.passed, (name, precision, verdict)
-    if name in TOKEN_MODELS:
-        assert precision != "int8" or agreement == 1.0
-    else:
-        assert cosine >= MIN_COSINE[precision], (name, precision, cosine)
 
 
 @pytest.mark.parametrize(

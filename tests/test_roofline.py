@@ -192,6 +192,11 @@ def test_roofline_cli_takes_a_quantized_precision_the_profile_quotes(precision, 
     assert report["ceilings"][0]["peak_tflops"] == load_device_profile("h200").peak_tflops[precision].value
     refused = CliRunner().invoke(app, [*args, "--precision", "int4"])
     assert refused.exit_code == 2 and "no int4 peak" in refused.output and "Traceback" not in refused.output
+    on_cpu = ["roofline", "--model", "smolvla-tiny", "--device", "cpu", "--no-html", "--no-measure-ceilings"]
+    unmeasurable = CliRunner().invoke(app, [*on_cpu, "--precision", precision])  # no CPU profile quotes int8/fp8
+    assert unmeasurable.exit_code == 2 and f"no {precision} peak" in unmeasurable.output
+    hint = "drop --no-measure-ceilings" in " ".join(unmeasurable.output.split())
+    assert hint == (precision == "int8")  # the micro-benchmarks measure an int8 GEMM; fp8 needs fp8 tensor cores
 
 
 def test_roofline_cli_projects_pi0_to_a_device_not_present(tmp_path, small_fit):

@@ -30,7 +30,8 @@
 #   DEVICE_CHECK_MODELS            [smolvla pi0 pi05 / smolvla-tiny pi0-tiny pi05-tiny]
 #   DEVICE_CHECK_PROFILE_MODELS    [smolvla pi0 / smolvla-tiny pi0-tiny]
 #   DEVICE_CHECK_VARIANTS          [eager compile fused dpcache quant]
-#   DEVICE_CHECK_QUANT_PRECISIONS  [int8 fp8 int4]: the quant step's precisions (fp8: compute capability 8.9+)
+#   DEVICE_CHECK_QUANT_PRECISIONS  [int8 fp8 int4]: the quant step's precisions; one the torch backend does not
+#                                  declare on the device (fp8 below compute capability 8.9) is skipped
 #   DEVICE_CHECK_ROOFLINE          [all / eager]: roofline --result for every result, the eager ones, one, or none
 #   DEVICE_CHECK_BUDGET_S          [450 / 1500]: wall-clock budget of the whole script; steps past it are skipped
 #   DEVICE_CHECK_DP_CACHE          [{0,1,2,6,8,9}]
@@ -346,9 +347,15 @@ step_dpcache() {
 }
 
 step_quant() {  # the torch backend's quantized precisions, each gated against fp32 (torchao on CUDA)
-    local m="$1" p
+    local m="$1" p declared
     wants quant || return 0
+    declared=" $("$tool_python" -c 'import sys, torch; from vlabench.backends.torch_backend import TorchBackend
+print(" ".join(TorchBackend().precisions(torch.device(sys.argv[1]))))' "$device" 2>&1 | tail -n 1) "
     for p in $quant_precisions; do
+        if [[ "$declared" != *" $p "* ]]; then  # e.g. fp8 below compute capability 8.9, int4 below 8.0
+            skip "run_${m}_${p}" "the torch backend does not run $p on this $device (it runs:${declared% })"
+            continue
+        fi
         run_step "run_${m}_${p}" "$(timeout_for quant "$m")" vlabench run --model "$m" --device "$device" \
             --precision "$p" --seed 0 --backend torch "${iterations[@]}" "${energy[@]}" --out "$work/results/run_${m}_${p}"
     done

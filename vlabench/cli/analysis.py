@@ -54,7 +54,12 @@ def roofline(
     ] = "auto",
     precision: Annotated[
         str | None,
-        typer.Option(help=contextual("fp32, bf16, fp16.", "fp32 on CPUs, else bf16 or fp16 from the profile")),
+        typer.Option(
+            help=contextual(
+                "fp32, bf16, fp16; int8 or fp8 where the profile quotes their peak.",
+                "fp32 on CPUs, else bf16 or fp16 from the profile",
+            )
+        ),
     ] = None,
     cameras: CamerasFlag = None,
     steps: StepsFlag = None,
@@ -155,9 +160,9 @@ def fidelity(
             parser=closed_loop_precisions_option,
             metavar="LIST",
             help="Closed loop: the exact sampler again with the policy at these precisions, on the same episodes: "
-            "a comma list of bf16, int8, int4 (int8/int4: the torch backend's CPU quantizers), or none.",
+            "a comma list of bf16, int8, fp8, int4 (int8/fp8/int4: the torch backend's CPU quantizers), or none.",
         ),
-    ] = "bf16,int8,int4",
+    ] = "bf16,int8,fp8,int4",
     actions_per_chunk: Annotated[
         int,
         number_option(

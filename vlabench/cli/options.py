@@ -117,7 +117,7 @@ PrecisionFlag = Annotated[
     str | None,
     TargetOption(
         help=contextual(
-            "fp32, bf16, fp16, int8, int4 or auto.",
+            "fp32, bf16, fp16, int8, fp8, int4 or auto.",
             "fp32 on CPU, bf16 on CUDA",
         )
     ),

@@ -94,7 +94,7 @@ def run_fidelity(
 ) -> tuple[FidelityReport, Path]:
     """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights,
     fp32 eager torch on the auto-resolved device). ``closed_loop_precisions``: the exact sampler again with the
-    trained policy at each (bf16, int8, int4: the torch backend's CPU quantizers; None: all three), on the same
+    trained policy at each (bf16, int8, fp8, int4: the torch backend's CPU quantizers; None: all four), on the same
     episodes as the fp32 rows; one that cannot run here is skipped with its reason."""
     plan = plan_target(model, "open-loop fidelity", seed=seed, **target)
     spec, workload = plan.spec, plan.workload

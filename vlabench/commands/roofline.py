@@ -28,6 +28,7 @@ from vlabench.hardware.devices import (
     profile_present,
     resolve_device,
 )
+from vlabench.kernels.ceilings import DTYPES as CEILING_DTYPES
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
@@ -104,11 +105,12 @@ def run_roofline(request: RooflineRequest) -> RooflineOutcome:
         spec, workload, request.precision, profile.name, ceilings_for(profile, request.precision, measured), measured_ms
     )
     if report.primary is None:
+        measurable = request.precision in CEILING_DTYPES
         raise InputError(
             f"{profile.name} has no {request.precision} peak and bandwidth in its profile"
-            + (" and none were measured" if torch_device is not None else "")
+            + (" and none were measured" if measure else "")
             + ": nothing to draw a roofline against"
-            + (" (drop --no-measure-ceilings)" if torch_device is not None else "")
+            + (" (drop --no-measure-ceilings)" if torch_device is not None and not measure and measurable else "")
         )
     feasibility = None
     if request.efficiency is not None or request.calibrate is not None:

@@ -151,7 +151,7 @@ class DiT(nn.Module):
         self.proj_out_2 = nn.Linear(dit.inner, dit.output_dim)
 
     def forward(self, x: Tensor, steps: Tensor, features: Tensor, cross_bias: Tensor) -> Tensor:
-        temb = self.timestep_encoder(steps, x.dtype).to(x.dtype)
+        temb = self.timestep_encoder(steps, x.dtype)
         for block in self.transformer_blocks:
             x = block(x, temb, features, cross_bias)
         shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=-1)
