@@ -67,10 +67,11 @@ class CastLinear(nn.Module):
         return self.inner(x.to(self.dtype)).to(x.dtype)
 
 
-def fp8_takes(linear: nn.Linear) -> bool:
-    """Whether ``torch._scaled_mm`` takes the layer (both widths multiples of ``FP8_MULTIPLE``); torchao leaves the
-    others in bf16 without a word, so the quantizer keeps them float itself and counts them."""
-    return linear.in_features % FP8_MULTIPLE == 0 and linear.out_features % FP8_MULTIPLE == 0
+def fp8_takes(linear: nn.Linear, device_type: str) -> bool:
+    """Whether fp8 takes the layer on ``device_type``. CUDA: where ``torch._scaled_mm`` does (both widths multiples of
+    ``FP8_MULTIPLE``; torchao leaves the others in bf16 without a word, so the quantizer keeps them float itself and
+    counts them); CPU: any shape (weight-only, dequantized in each linear)."""
+    return device_type == "cpu" or (linear.in_features % FP8_MULTIPLE == 0 and linear.out_features % FP8_MULTIPLE == 0)
 
 
 def int4_group(linear: nn.Linear, device_type: str = "cpu") -> int | None:

@@ -168,7 +168,6 @@ class Quantizer:
         if missing and not self.on_kernel:
             raise UnavailableError(missing)
         self.device, self.precision = device, precision
-        self.fp8_on_cuda = (device.type, precision) == ("cuda", "fp8")
         self.attention_unit = self._attention_unit()  # the attention kernel's path under the scheme, if any
         self.quantized: dict[str, int] = {}  # layer -> weights quantized
         self.kept: dict[str, int] = {}  # Linear layers left in fp32 (shape or role), with their weights
@@ -205,7 +204,10 @@ class Quantizer:
         if not isinstance(module, nn.Linear) or isinstance(module, NonDynamicallyQuantizableLinear):
             return None  # attention modules that read their projection's weight directly keep it
         group = int4_group(module, self.device.type) if self.precision == "int4" else None
-        refused = group is None if self.precision == "int4" else self.fp8_on_cuda and not fp8_takes(module)
+        if self.precision == "int4":
+            refused = group is None
+        else:
+            refused = self.precision == "fp8" and not fp8_takes(module, self.device.type)
         if name.rsplit(".", 1)[-1] in KEEP_FLOAT or refused:
             self.kept[name] = module.weight.numel()
             return None

@@ -76,8 +76,8 @@ def test_fp8_is_declared_where_torchao_runs_it():
 
 def test_fp8_on_cuda_keeps_float_the_layers_scaled_mm_cannot_take():
     """torchao would leave them in bf16 silently; the quantizer keeps them float itself, so the counts are true."""
-    assert fp8_takes(torch.nn.Linear(32, 720)) and not fp8_takes(torch.nn.Linear(720, 10))
-    assert not fp8_takes(torch.nn.Linear(20, 32))
+    assert fp8_takes(torch.nn.Linear(32, 720), "cuda") and not fp8_takes(torch.nn.Linear(720, 10), "cuda")
+    assert not fp8_takes(torch.nn.Linear(20, 32), "cuda")
     quantizer = Quantizer(torch.device("cuda"), "fp8")  # built without a GPU; only a refused layer is handed to it
     assert quantizer("action_out_proj", torch.nn.Linear(720, 10)) is None
     assert quantizer.kept == {"action_out_proj": 7200} and not quantizer.quantized
