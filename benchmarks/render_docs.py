@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -225,6 +226,7 @@ def render_hardware(root: Path) -> str:
                 f"{row['memory_needed_gb']:.1f} / {row['usable_memory_gb']:g}",
                 fits,
                 "meets" if verdict["meets_target"] else "**misses**",
+                f"`{found['within_band_of']}`" if found["within_band_of"] else "",
             ]
         )
     header = [
@@ -239,14 +241,18 @@ def render_hardware(root: Path) -> str:
         "GB needed / on device",
         "fits",
         f"{doc['control_hz']:g} Hz ({doc['execution']})",
+        "within the band of",
     ]
     intro = (
         f"All figures **projected** (not measured) for the `{doc['stack']}` stack by `vlabench project`: per-operator "
-        "roofline ÷ the stack's fitted share of peak + kernels × cost per kernel × the device's host factor, fitted on "
-        "the published latencies (`profiles/reported/latencies.yaml`). *error band*: the stack's median "
-        "leave-one-out error. The gate is per-step: one inference per control step."
+        "roofline at the stack's fitted shares of peak compute and bandwidth + kernels × cost per kernel × the "
+        "device's host factor, fitted on the published latencies (`profiles/reported/latencies.yaml`); discrete "
+        "cards in the reference desktop host. *GB on device*: the memory a model may use (on a Jetson, what the OS "
+        "and the CUDA context leave). *error band*: the stack's median leave-one-out error; *within the band of*: "
+        "the next faster device whose band overlaps this one's, so the two are not ranked apart. Rows are in "
+        "projected order per model. The gate is per-step: one inference per control step."
     )
-    return captioned(intro, table(header, rows, "lllrrrrrrll"), meta)
+    return captioned(intro, table(header, rows, "lllrrrrrrlll"), meta)
 
 
 def render_projection_error(root: Path) -> str:
@@ -283,27 +289,43 @@ def render_projection_error(root: Path) -> str:
         [
             name,
             pct(value["share_of_peak"], 1),
+            pct(value["share_of_bandwidth"], 1),
             f"{value['dispatch_us']:.2f}",
             str(value["observations"]),
             pct(doc["error_bands"][name]),
         ]
         for name, value in params["stacks"].items()
     ]
-    hosts = ", ".join(f"`{device}` ×{value:.3g}" for device, value in params["host_factor"].items())
+    groups = [
+        [f"{kind} `{name}`", str(value["entries"]), pct(value["median_abs_projected_error"])]
+        for kind, key in (("stack", "per_stack"), ("class", "per_device_class"))
+        for name, value in doc[key].items()
+    ]
+    hosts = params["hosts"]
+    effects = [f"{name} class ×{math.exp(v):.3g}" for name, v in hosts["class_effects"].items()]
+    effects += [f"{name} launch path ×{math.exp(v):.3g}" for name, v in hosts["path_effects"].items()]
+    effects += [f"`{name}` core ×{math.exp(v):.3g}" for name, v in hosts["core_effects"].items()]
+    factors = ", ".join(f"`{device}` ×{value:.3g}" for device, value in params["host_factor"].items())
     lines = [
         table(header, rows, "llllrrrrr"),
         "",
         f"End-to-end entries: {doc['e2e_entries']}; median |error| of the floor: "
         f"{pct(doc['median_abs_floor_error'])}; median |error| projected (leave-one-out): "
-        f"{pct(doc['median_abs_projected_error'])} over {doc['e2e_entries']} "
-        f"({pct(doc['median_abs_projected_error_first_entries'])} over the first {doc['first_entries']}, the "
-        "entries the earlier floor ÷ one-efficiency projection scored 49% on).",
+        f"{pct(doc['median_abs_projected_error'], 1)} over {doc['e2e_entries']}. Per stack and per device class:",
+        "",
+        table(["entries of", "entries", "median abs. error (leave-one-out)"], groups, "lrr"),
         "",
         "Parameters fitted on every entry (each entry above was projected with parameters fitted without it):",
         "",
-        table(["stack", "share of peak", "µs per kernel", "entries", "leave-one-out band"], stacks, "lrrrr"),
+        table(
+            ["stack", "share of peak", "share of bandwidth", "µs per kernel", "entries", "leave-one-out band"],
+            stacks,
+            "lrrrrr",
+        ),
         "",
-        f"Host factors (per-kernel cost relative to `rtx-4090`'s host): {hosts}.",
+        "Host model, fitted jointly (log host factor = class + launch path + core + slope × log(reference clock / "
+        f"board CPU clock)): {'; '.join(effects)}; clock slope {hosts['clock_slope']:.2f}. The host factors of the "
+        f"devices with entries: {factors}.",
         "",
         provenance(meta),
     ]

@@ -84,11 +84,15 @@ def test_unlisted_gpu_gets_a_generic_profile_from_detection(make_host):
 
 
 def test_jetson_alias_resolves_to_the_module_on_a_jetson(make_host):
-    jetson = make_host(
-        arch="aarch64", jetson_model="NVIDIA Jetson AGX Orin Developer Kit", cuda_devices=("Orin",), torch_cuda=True
-    )
-    assert resolve_device("jetson", jetson).profile.name == "jetson-agx-orin-64gb"
-    assert resolve_device("auto", jetson).profile.name == "jetson-agx-orin-64gb"
+    def agx_orin(memory_gb: float):
+        model = "NVIDIA Jetson AGX Orin Developer Kit"
+        return make_host(
+            arch="aarch64", jetson_model=model, cuda_devices=("Orin",), torch_cuda=True, memory_gb=memory_gb
+        )
+
+    assert resolve_device("jetson", agx_orin(62.8)).profile.name == "jetson-agx-orin-64gb"
+    assert resolve_device("auto", agx_orin(62.8)).profile.name == "jetson-agx-orin-64gb"
+    assert resolve_device("jetson", agx_orin(30.6)).profile.name == "jetson-agx-orin-32gb"
 
 
 def test_jetson_alias_elsewhere_names_what_was_detected(make_host):

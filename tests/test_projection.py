@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from vlabench.analysis import projection_cache, projection_score
 from vlabench.analysis.kernel_counts import count_kernels, fused_count
-from vlabench.analysis.projection_fit import FittedParameters, Observation, StackParameters, fit
+from vlabench.analysis.operator_mix import MixStack, OperatorMix
+from vlabench.analysis.projection_fit import (
+    REFERENCE_HOST_GHZ,
+    FittedParameters,
+    HostModel,
+    HostTerms,
+    Observation,
+    StackParameters,
+    fit,
+    host_terms,
+)
 from vlabench.analysis.projection_score import Inputs, project_phases, score_projections
 from vlabench.analysis.reported import ReportedLatency
 from vlabench.analysis.roofline import analyze, datasheet_ceiling
@@ -65,39 +77,63 @@ def tiny_entries(monkeypatch):
     projection_score.fitted_model.cache_clear()
 
 
-def params(**hosts: float) -> FittedParameters:
+def params(jetson: float = 1.0, core: float = 1.0) -> FittedParameters:
+    """Parameters with a Jetson class factor ``jetson`` and a cortex-a78ae core factor ``core``, clock slope 1."""
     return FittedParameters(
         stacks={
-            "pytorch-eager": StackParameters(share_of_peak=0.25, dispatch_us=10.0, fitted_on="x", observations=1),
-            "pytorch-compiled": StackParameters(share_of_peak=0.5, dispatch_us=4.0, fitted_on="x", observations=1),
+            "pytorch-eager": StackParameters(
+                share_of_peak=0.25, share_of_bandwidth=0.5, dispatch_us=10.0, fitted_on="x", observations=1
+            ),
+            "pytorch-compiled": StackParameters(
+                share_of_peak=0.5, share_of_bandwidth=0.8, dispatch_us=4.0, fitted_on="x", observations=1
+            ),
         },
         kernel_gflop=0.2,
-        host_factor=hosts,
-        device_kinds={name: "soc" for name in hosts},
+        hosts=HostModel(
+            class_effects={"jetson": math.log(jetson)},
+            path_effects={},
+            core_effects={"cortex-a78ae": math.log(core)},
+            clock_slope=1.0,
+        ),
+        host_factor={},
         observations=["x"],
     )
 
 
+THOR = HostTerms("jetson", "cuda")  # terms without a board CPU: the class factor alone
+
+
 def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host_plus_device_time():
+    # per phase one compute-bound operator (1 TFLOP = 10 ms at 100 TFLOP/s) and one memory-bound (1 GB = 1 ms at
+    # 1000 GB/s), repeated 1, 2 and 4 times
+    mixes = {
+        phase: OperatorMix.of([1e12] * n + [0.0] * n, [0.0] * n + [1e9] * n, 100.0, 1000.0)
+        for phase, n in (("vision", 1), ("prefill", 2), ("action", 4))
+    }
     inputs = Inputs(
+        mixes=mixes,
         peak_tflops=100.0,
-        roofline_ms={"vision": 1.0, "prefill": 2.0, "action": 4.0, "e2e": 7.0},
         kernels={
             "eager": {"vision": 100, "prefill": 200, "action": 400, "e2e": 700},
             "fused": {"vision": 10, "prefill": 20, "action": 40, "e2e": 70},
         },
     )
-    eager = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-eager", "jetson-thor", "soc")
+    assert inputs.roofline_ms == pytest.approx({"vision": 11.0, "prefill": 22.0, "action": 44.0, "e2e": 77.0})
+    eager = project_phases(inputs, params(jetson=3.0), "pytorch-eager", THOR)
     device_ms = 0.2 / 100.0  # kernel_gflop / peak: the device-side time of every kernel
-    assert eager.phases_ms["prefill"] == pytest.approx(2.0 / 0.25 + 200 * (10e-3 * 3.0 + device_ms))
+    # compute-bound operators at the share of peak, memory-bound ones at the share of bandwidth
+    assert eager.phases_ms["prefill"] == pytest.approx(20 / 0.25 + 2 / 0.5 + 200 * (10e-3 * 3.0 + device_ms))
     assert eager.phases_ms["e2e"] == pytest.approx(sum(eager.phases_ms[p] for p in ("vision", "prefill", "action")))
-    assert eager.busy_share == pytest.approx((7.0 / 0.25 + 700 * device_ms) / eager.phases_ms["e2e"])
-    compiled = project_phases(inputs, params(**{"jetson-thor": 3.0}), "pytorch-compiled", "jetson-thor", "soc")
+    assert eager.busy_share == pytest.approx((70 / 0.25 + 7 / 0.5 + 700 * device_ms) / eager.phases_ms["e2e"])
+    compiled = project_phases(inputs, params(jetson=3.0), "pytorch-compiled", THOR)
     assert compiled.kernels["action"] == 40  # the fused count
-    assert compiled.phases_ms["action"] == pytest.approx(4.0 / 0.5 + 40 * (4e-3 * 3.0 + device_ms))
-    # a device with no fitted factor takes the median of fitted devices of its kind; tensorrt borrows its stack's
-    other = project_phases(inputs, params(**{"jetson-thor": 3.0}), "tensorrt", "jetson-orin-nano-8gb", "soc")
-    assert other.host_factor == 3.0 and "borrowed from pytorch-compiled" in other.parameters_source
+    assert compiled.phases_ms["action"] == pytest.approx(40 / 0.5 + 4 / 0.8 + 40 * (4e-3 * 3.0 + device_ms))
+    # tensorrt borrows its stack's parameters; a board CPU multiplies in its core and (reference / clock)^slope
+    nano = host_terms(load_device_profile("jetson-orin-nano-8gb"))
+    other = project_phases(inputs, params(jetson=3.0, core=2.0), "tensorrt", nano)
+    assert other.host_factor == pytest.approx(3.0 * 2.0 * REFERENCE_HOST_GHZ / nano.clock_ghz)
+    assert "borrowed from pytorch-compiled" in other.parameters_source
+    assert "cortex-a78ae core 2" in other.parameters_source and "jetson class 3" in other.parameters_source
 
 
 def test_fused_stacks_launch_fewer_kernels_than_eager():
@@ -109,19 +145,35 @@ def test_fused_stacks_launch_fewer_kernels_than_eager():
     assert counts.per_phase("eager", 3)["action"] == 3 * counts.eager["denoise_step"]
 
 
+def test_an_operator_takes_the_longer_of_its_compute_and_memory_time_at_the_achieved_rates():
+    # at 100 TFLOP/s and 1000 GB/s: 1 TFLOP and 0.1 GB take 10 ms of compute, 0.1 ms of memory traffic; 1 GFLOP
+    # and 1 GB take 0.01 ms of compute, 1 ms of memory traffic
+    mix = OperatorMix.of([1e12, 1e9], [1e8, 1e9], 100.0, 1000.0)
+    assert mix.floor_ms() == pytest.approx(10.0 + 1.0)
+    assert mix.floor_ms(0.5, 0.25) == pytest.approx(20.0 + 4.0)
+    # at 0.5% of peak the second operator turns compute-bound: 2 ms of compute against 1 ms / 0.9 of memory traffic
+    assert mix.floor_ms(0.005, 0.9) == pytest.approx(2000.0 + 2.0)
+    stacked = MixStack.of([mix, OperatorMix.of([5e11], [0.0], 50.0, 100.0)])
+    assert stacked.floors(np.array([0.5, 0.2]), np.array([0.25, 0.3])) == pytest.approx([24.0, 50.0])
+
+
 def test_the_fit_recovers_parameters_of_noiseless_data():
-    truth = {"share": 0.4, "dispatch_ms": 0.02, "host": 5.0, "gflop": 0.5}
+    truth = {"share": 0.4, "bandwidth": 0.7, "dispatch_ms": 0.02, "host": 5.0, "gflop": 0.5}
     observations = []
-    for i, (roofline, kernels) in enumerate([(10.0, 1000), (40.0, 500), (5.0, 4000), (80.0, 3000)]):
+    shapes = [(10.0, 2.0, 1000), (40.0, 1.0, 500), (5.0, 30.0, 4000), (80.0, 10.0, 3000), (2.0, 60.0, 800)]
+    for i, (compute, memory, kernels) in enumerate(shapes):
         # each device at two precisions (two peaks): what separates host time from device-side kernel time
         peak = (165.0, 5.0)[i % 2]
+        mix = OperatorMix.of([compute * peak * 1e9, 0.0], [0.0, memory * 1e9], peak, 1000.0)  # ms at 1000 GB/s
         for device, host in (("rtx-4090", 1.0), ("jetson-thor", truth["host"])):
-            ms = roofline / truth["share"] + kernels * (truth["dispatch_ms"] * host + truth["gflop"] / peak)
-            observations.append(
-                Observation(f"{i} {device}", "pytorch-eager", device, "soc", roofline, kernels, peak, ms)
-            )
+            floor = compute / truth["share"] + memory / truth["bandwidth"]
+            ms = floor + kernels * (truth["dispatch_ms"] * host + truth["gflop"] / peak)
+            terms = host_terms(load_device_profile(device))
+            label = f"{i} {device}"
+            observations.append(Observation(label, "pytorch-eager", device, terms, mix, kernels, peak, ms))
     fitted = fit(observations)
     assert fitted.stacks["pytorch-eager"].share_of_peak == pytest.approx(truth["share"], rel=0.05)
+    assert fitted.stacks["pytorch-eager"].share_of_bandwidth == pytest.approx(truth["bandwidth"], rel=0.05)
     assert fitted.stacks["pytorch-eager"].dispatch_us == pytest.approx(truth["dispatch_ms"] * 1e3, rel=0.05)
     assert fitted.host_factor["jetson-thor"] == pytest.approx(truth["host"], rel=0.05)
     assert fitted.kernel_gflop == pytest.approx(truth["gflop"], rel=0.05)
@@ -194,9 +246,21 @@ def test_a_model_that_does_not_fit_says_so(tiny_entries):
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["rows"]
-    assert row["fits"] is False and row["memory_needed_gb"] > row["usable_memory_gb"] == 8
+    assert row["fits"] is False and row["memory_needed_gb"] > row["usable_memory_gb"] == 6.4
     table = runner.invoke(app, args, env={"COLUMNS": "250"})
     assert "does NOT fit" in table.output
+
+
+def test_a_model_between_usable_and_nameplate_memory_does_not_fit(tiny_entries):
+    """pi0 at bf16 needs about 7.7 GB: under the Orin Nano's 8 GB nameplate, over the 6.4 GB its OS leaves."""
+    result = CliRunner().invoke(
+        app, ["project", "-m", "pi0", "-d", "jetson-orin-nano-8gb", "--stack", "pytorch-eager", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    profile = load_device_profile("jetson-orin-nano-8gb")
+    assert profile.usable_gb < row["memory_needed_gb"] < profile.memory_gb.value
+    assert row["usable_memory_gb"] == profile.usable_gb and row["fits"] is False
 
 
 @pytest.fixture

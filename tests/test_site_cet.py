@@ -47,6 +47,7 @@ def _projected(device: str, price: float | None, e2e: float, precision: str = "b
         actions_per_chunk=50,
         usd_per_million_actions=None,  # the site recomputes cost at the page's settings
         share_of_peak=0.3,
+        share_of_bandwidth=0.6,
         dispatch_us=10.0,
         host_factor=1.0,
     )

@@ -44,6 +44,18 @@ class ProjectedRow(BaseModel):
     inference_hz: float = Field(description="projected inferences per second (1 / e2e)")
     actions_per_chunk: int = Field(gt=0)
     usd_per_million_actions: float | None = Field(description="analysis.cet cost model on the estimated energy")
-    share_of_peak: float = Field(description="the stack's fitted achieved share of the datasheet peak")
+    share_of_peak: float = Field(description="the stack's fitted achieved share of the datasheet peak compute")
+    share_of_bandwidth: float = Field(description="the stack's fitted achieved share of the datasheet bandwidth")
     dispatch_us: float = Field(description="the stack's fitted cost per kernel on the reference host")
     host_factor: float = Field(description="the device's host factor applied to the per-kernel cost")
+
+    def band_ms(self) -> tuple[float, float]:
+        """The projected e2e latency ± the stack's error band (the point itself when the stack has none)."""
+        e2e, band = self.phases_ms["e2e"], self.error_band or 0.0
+        return e2e * max(0.0, 1.0 - band), e2e * (1.0 + band)
+
+
+def bands_overlap(a: ProjectedRow, b: ProjectedRow) -> bool:
+    """Whether two projections' error bands overlap: then they are not ranked as different."""
+    (low_a, high_a), (low_b, high_b) = a.band_ms(), b.band_ms()
+    return low_a <= high_b and low_b <= high_a

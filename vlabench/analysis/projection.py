@@ -1,10 +1,11 @@
 """Projected rows: every (model, device, stack, precision) the profiles allow, from the fitted projection model.
 
-Latency per phase comes from ``projection_score.project_phases`` (roofline / achieved share of peak + kernels ×
-dispatch cost × host factor) with the parameters fitted on every published latency, and the stack's leave-one-out
-error band. Energy is estimated, never measured: ``P = idle + (TDP - idle) × utilization`` over the projected
-latency, where utilization is the share of the latency the model spends in kernels (the roofline part), the same
-linear power model as ``vlabench run --energy-meter estimated``. Cost follows ``analysis.cet.cost_report``.
+Latency per phase comes from ``projection_score.project_phases`` (roofline at the achieved shares of peak compute
+and bandwidth + kernels × dispatch cost × host factor) with the parameters fitted on every published latency, and
+the stack's leave-one-out error band. Energy is estimated, never measured: ``P = idle + (TDP - idle) ×
+utilization`` over the projected latency, where utilization is the share of the latency the model spends in
+kernels (the roofline part), the same linear power model as ``vlabench run --energy-meter estimated``. Cost
+follows ``analysis.cet.cost_report``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
 from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.analysis.projection_cache import model_facts
-from vlabench.analysis.projection_fit import get_stack, stack_for_backend, stacks
+from vlabench.analysis.projection_fit import get_stack, host_terms, stack_for_backend, stacks
 from vlabench.analysis.projection_score import (
     entry_inputs,
     fitted_model,
     fitted_parameters,
+    floor_ms,
     model_inputs,
     project_phases,
 )
@@ -26,7 +28,7 @@ from vlabench.models.specs import load_model_spec, model_names
 from vlabench.models.workload import Workload
 from vlabench.telemetry.energy.select import ASSUMED_IDLE_SHARE
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8", "fp8")
 ENERGY_METHOD = "estimated: (idle + (TDP - idle) x utilization) x projected latency; utilization = kernel-busy share"
 
 
@@ -67,9 +69,8 @@ def estimated_joules_per_inference(
     except InputError:
         return None
     params = fitted_parameters()
-    share = params.for_stack(stack)[0].share_of_peak
     kernels = inputs.kernels[get_stack(stack).kernel_scheme]["e2e"]
-    busy = inputs.roofline_ms["e2e"] / share + kernels * params.kernel_gflop / inputs.peak_tflops
+    busy = floor_ms(inputs, params.for_stack(stack)[0], "e2e") + kernels * params.kernel_gflop / inputs.peak_tflops
     return joules(profile, latency_ms, busy / latency_ms)
 
 
@@ -83,8 +84,17 @@ def _precisions(profile: DeviceProfile) -> list[str]:
     return [p for p in PRECISIONS if p in profile.peak_tflops and profile.bandwidth_gbs is not None]
 
 
-def project_one(model: str, device: str, stack: str, precision: str, control_hz: float = 10.0) -> ProjectedRow:
-    """One projected row; refuses a stack the device does not run and a precision it has no ceiling for."""
+def project_one(
+    model: str,
+    device: str,
+    stack: str,
+    precision: str,
+    control_hz: float = 10.0,
+    cameras: int | None = None,
+    steps: int | None = None,
+) -> ProjectedRow:
+    """One projected row (the model's workload, or ``cameras`` and ``steps``); refuses a stack the device does not
+    run and a precision it has no ceiling for."""
     spec, profile, definition = load_model_spec(model), load_device_profile(device), get_stack(stack)
     allowed = device_stacks(profile)
     if stack not in allowed:
@@ -98,12 +108,12 @@ def project_one(model: str, device: str, stack: str, precision: str, control_hz:
             f"{', '.join(_precisions(profile)) or 'none (its ceilings are measured on the host)'}"
         )
     model_fit = fitted_model()
-    workload = Workload.from_spec(spec)
+    workload = Workload.from_spec(spec, cameras, steps)
     inputs = model_inputs(spec, workload, precision, profile)
-    projected = project_phases(inputs, model_fit.parameters, stack, device, profile.kind)
+    projected = project_phases(inputs, model_fit.parameters, stack, host_terms(profile))
     e2e = projected.phases_ms["e2e"]
     needed = model_facts(spec, workload, precision).footprint_bytes / 1e9
-    usable = profile.memory_gb.value if profile.memory_gb else None
+    usable = profile.usable_gb
     energy = joules(profile, e2e, projected.busy_share)
     idle = _idle_w(profile)
     price = profile.price
@@ -146,6 +156,7 @@ def project_one(model: str, device: str, stack: str, precision: str, control_hz:
         actions_per_chunk=workload.actions_per_chunk,
         usd_per_million_actions=cost.usd_per_million_actions if cost else None,
         share_of_peak=projected.share_of_peak,
+        share_of_bandwidth=projected.share_of_bandwidth,
         dispatch_us=projected.dispatch_us,
         host_factor=projected.host_factor,
     )
@@ -157,9 +168,11 @@ def project_all(
     stack_names: list[str] | None = None,
     precisions: list[str] | None = None,
     control_hz: float = 10.0,
+    cameras: int | None = None,
+    steps: int | None = None,
 ) -> list[ProjectedRow]:
     """Every (model, device, stack, precision) the profiles allow, narrowed by the given lists (None: all; the
-    ``-tiny`` test models only when named)."""
+    ``-tiny`` test models only when named), at each model's workload or ``cameras`` and ``steps``."""
     for name in stack_names or []:
         get_stack(name)
     for name in precisions or []:
@@ -177,7 +190,7 @@ def project_all(
                 for precision in _precisions(profile):
                     if precisions and precision not in precisions:
                         continue
-                    rows.append(project_one(model, profile.name, stack, precision, control_hz))
+                    rows.append(project_one(model, profile.name, stack, precision, control_hz, cameras, steps))
     return rows
 
 

@@ -4,12 +4,24 @@ its leave-one-out score: each entry is projected with parameters fitted on the *
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
 from pydantic import BaseModel, Field
 
+from vlabench.analysis.operator_mix import OperatorMix
 from vlabench.analysis.projection_cache import cached, model_facts
-from vlabench.analysis.projection_fit import FittedParameters, Observation, fit, get_stack, stacks
+from vlabench.analysis.projection_fit import (
+    FittedParameters,
+    HostTerms,
+    Observation,
+    StackParameters,
+    fit,
+    get_stack,
+    host_terms,
+    stacks,
+)
 from vlabench.analysis.reported import ReportedLatency, reported_latencies
 from vlabench.analysis.roofline import datasheet_ceiling
 from vlabench.errors import InputError
@@ -18,20 +30,33 @@ from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload
 
 PHASES = ("vision", "prefill", "action", "e2e")
+STEPS = ("vision", "prefill", "action")
 
 
-class Inputs(BaseModel):
-    """Per phase: the roofline floor on the datasheet ceiling and the kernels under each counting scheme."""
+@dataclass(frozen=True)
+class Inputs:
+    """Per phase (vision, prefill, action): the operators on the datasheet ceiling; the kernels under each counting
+    scheme per phase and end to end; the datasheet peak at the precision (device-side kernel time)."""
 
-    roofline_ms: dict[str, float]
-    kernels: dict[str, dict[str, int]] = Field(description="scheme -> phase -> kernels")
-    peak_tflops: float = Field(gt=0, description="the datasheet peak at the precision (device-side kernel time)")
+    mixes: dict[str, OperatorMix]
+    kernels: dict[str, dict[str, int]]
+    peak_tflops: float
+
+    def floor_ms(self, phase: str, share: float = 1.0, bandwidth_share: float = 1.0) -> float:
+        """The phase's roofline floor at these achieved shares (1 and 1: the datasheet floor); e2e sums them."""
+        names = STEPS if phase == "e2e" else (phase,)
+        return sum(self.mixes[name].floor_ms(share, bandwidth_share) for name in names)
+
+    @property
+    def roofline_ms(self) -> dict[str, float]:
+        return {phase: self.floor_ms(phase) for phase in PHASES}
 
 
 class PhaseProjection(BaseModel):
     phases_ms: dict[str, float]
     kernels: dict[str, int]
     share_of_peak: float
+    share_of_bandwidth: float
     dispatch_us: float
     host_factor: float
     busy_share: float = Field(description="share of the e2e latency the device spends in kernels (roofline part)")
@@ -45,15 +70,19 @@ def model_inputs(spec: ModelSpec, workload: Workload, precision: str, profile: D
     if ceiling is None:
         raise InputError(f"{profile.name} has no {precision} peak and bandwidth in its profile: nothing to project on")
     facts = model_facts(spec, workload, precision)
-    peak, bandwidth = ceiling.peak_tflops * 1e9, ceiling.bandwidth_gbs * 1e6  # per ms
-    floors = {phase: sum(max(f / peak, b / bandwidth) for f, b, _ in ops) for phase, ops in facts.operators.items()}
-    roofline = {
-        "vision": floors["vision"],
-        "prefill": floors["prefill"],
-        "action": floors["denoise_step"] * workload.steps,
+    repeats = {"vision": 1, "prefill": 1, "denoise_step": workload.steps}
+    named = {"vision": "vision", "prefill": "prefill", "denoise_step": "action"}
+    mixes = {
+        named[key]: OperatorMix.of(
+            [f * repeats[key] for f, _, _ in ops],
+            [b * repeats[key] for _, b, _ in ops],
+            ceiling.peak_tflops,
+            ceiling.bandwidth_gbs,
+        )
+        for key, ops in facts.operators.items()
     }
     return Inputs(
-        roofline_ms={**roofline, "e2e": sum(roofline.values())},
+        mixes=mixes,
         kernels={scheme: facts.kernels.per_phase(scheme, workload.steps) for scheme in ("eager", "fused")},
         peak_tflops=ceiling.peak_tflops,
     )
@@ -65,27 +94,45 @@ def entry_inputs(model: str, device: str, precision: str, cameras: int, steps: i
     return model_inputs(spec, Workload.from_spec(spec, cameras, steps), precision, load_device_profile(device))
 
 
-def project_phases(inputs: Inputs, params: FittedParameters, stack: str, device: str, kind: str) -> PhaseProjection:
+def floor_ms(inputs: Inputs, stack: StackParameters, phase: str) -> float:
+    """The phase's roofline floor at the stack's achieved shares of peak compute and bandwidth."""
+    return inputs.floor_ms(phase, stack.share_of_peak, stack.share_of_bandwidth)
+
+
+def project_phases(inputs: Inputs, params: FittedParameters, stack: str, host: HostTerms) -> PhaseProjection:
     """Every phase: roofline / share of peak + kernels × (dispatch cost × host factor + device-side kernel time);
     the device is busy for the first term and the device-side kernel time."""
     definition = get_stack(stack)
     own, source = params.for_stack(stack)
-    host, host_source = params.host(device, kind) if definition.host_bound else (1.0, "graph replay: no host factor")
+    factor, host_source = params.host(host) if definition.host_bound else (1.0, "graph replay: no host factor")
     kernels = inputs.kernels[definition.kernel_scheme]
     device_kernel_ms = params.kernel_gflop / inputs.peak_tflops
-    busy = {p: inputs.roofline_ms[p] / own.share_of_peak + kernels[p] * device_kernel_ms for p in PHASES}
-    phases = {phase: busy[phase] + kernels[phase] * own.dispatch_us / 1e3 * host for phase in PHASES}
+    busy = {p: floor_ms(inputs, own, p) + kernels[p] * device_kernel_ms for p in PHASES}
+    phases = {phase: busy[phase] + kernels[phase] * own.dispatch_us / 1e3 * factor for phase in PHASES}
     return PhaseProjection(
         phases_ms=phases,
         kernels=kernels,
         share_of_peak=own.share_of_peak,
+        share_of_bandwidth=own.share_of_bandwidth,
         dispatch_us=own.dispatch_us,
-        host_factor=host,
+        host_factor=factor,
         busy_share=busy["e2e"] / phases["e2e"],
         parameters_source=(
-            f"{stack}: {source}; host factor {host:.3g} ({host_source}); "
+            f"{stack}: {source}; host factor {factor:.3g} ({host_source}); "
             f"{device_kernel_ms * 1e3:.2g} µs device-side per kernel"
         ),
+    )
+
+
+def end_to_end_mix(inputs: Inputs) -> OperatorMix:
+    """Every phase's operators in one mix: the e2e floor is their sum at any shares."""
+    parts = [inputs.mixes[name] for name in STEPS]
+    first = parts[0]
+    return OperatorMix.of(
+        [float(f) for m in parts for f in np.diff(m.cum_flops)],
+        [float(b) for m in parts for b in np.diff(m.cum_bytes)],
+        first.peak / 1e9,
+        first.bandwidth / 1e6,
     )
 
 
@@ -96,8 +143,8 @@ def observation(entry: ReportedLatency, observed_ms: float | None = None) -> Obs
         label=f"{entry.model} {entry.device} {entry.stack} {entry.precision}",
         stack=entry.stack,
         device=entry.device,
-        device_kind=load_device_profile(entry.device).kind,
-        roofline_ms=inputs.roofline_ms["e2e"],
+        host=host_terms(load_device_profile(entry.device)),
+        mix=end_to_end_mix(inputs),
         kernels=inputs.kernels[scheme]["e2e"],
         peak_tflops=inputs.peak_tflops,
         observed_ms=observed_ms if observed_ms is not None else entry.phases_ms["e2e"],
@@ -131,9 +178,8 @@ def score_projections(entries: list[ReportedLatency]) -> list[ProjectionScore]:
             continue
         held_out = observation(entry).label
         params = fit([o for o in observations if o.label != held_out])
-        kind = load_device_profile(entry.device).kind
         inputs = entry_inputs(entry.model, entry.device, entry.precision, entry.cameras, entry.steps)
-        projected = project_phases(inputs, params, entry.stack, entry.device, kind)
+        projected = project_phases(inputs, params, entry.stack, host_terms(load_device_profile(entry.device)))
         for phase, reported in entry.phases_ms.items():
             floor, value = inputs.roofline_ms[phase], projected.phases_ms[phase]
             scores.append(
@@ -176,7 +222,7 @@ def _fit_identity(entries: list[ReportedLatency]) -> dict:
     """Everything a fit on ``entries`` depends on: the entries, their model inputs, the stacks' definitions."""
     return {
         "entries": [e.model_dump(mode="json") for e in entries],
-        "observations": [vars(observation(e)) for e in entries],
+        "observations": [{**vars(o), "mix": o.mix.digest()} for o in (observation(e) for e in entries)],
         "stacks": [s.model_dump(mode="json") for s in stacks().values()],
     }
 

@@ -20,7 +20,7 @@ class ReportedLatency(BaseModel):
     precision: str
     cameras: int = Field(gt=0)
     steps: int = Field(gt=0)
-    stack: Literal["jax", "pytorch-eager", "pytorch-compiled", "tuned-kernels"]
+    stack: Literal["jax", "pytorch-eager", "pytorch-compiled", "tuned-kernels", "tensorrt", "ggml"]
     phases_ms: dict[Literal["vision", "prefill", "action", "e2e"], float]
     source: str
     assumed: list[str] = Field(default_factory=list, description="workload knobs the source does not state")

@@ -125,8 +125,13 @@ def project(
             help="Software stack (repeatable): pytorch-eager, pytorch-compiled, tensorrt, onnxruntime, openvino."
         ),
     ] = None,
-    precision: Annotated[list[str] | None, typer.Option(help="fp32, bf16 or fp16 (repeatable).")] = None,
+    precision: Annotated[
+        list[str] | None,
+        typer.Option(help="fp32, bf16, fp16, int8 or fp8 (repeatable; int8 and fp8 where the device has that peak)."),
+    ] = None,
     control_hz: Annotated[float, run_option("control_hz", help="Control rate the cost model assumes, Hz.")] = 10.0,
+    cameras: CamerasFlag = None,
+    steps: StepsFlag = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the JSON to this file.")] = None,
 ) -> None:
@@ -135,7 +140,7 @@ def project(
     from vlabench.cli.views.project import project_renderables
     from vlabench.commands.project import ProjectRequest, run_project, write_outcome
 
-    request = ProjectRequest(model or [], device or [], stack or [], precision or [], every, control_hz)
+    request = ProjectRequest(model or [], device or [], stack or [], precision or [], every, control_hz, cameras, steps)
     outcome = run_project(request)
     written = [f"projection: [bold]{markup_safe(write_outcome(outcome, out_file))}[/]"] if out_file else []
     show(as_json, outcome, project_renderables(outcome), *written)

@@ -35,6 +35,8 @@ class ProjectRequest:
     precisions: list[str] = field(default_factory=list)
     every: bool = False
     control_hz: float = 10.0
+    cameras: int | None = None
+    steps: int | None = None
 
 
 class ProjectOutcome(BaseModel):
@@ -74,7 +76,13 @@ def run_project(request: ProjectRequest) -> ProjectOutcome:
             if stack not in allowed:
                 raise InputError(f"{profile.name} does not run the {stack} stack; its stacks: {', '.join(allowed)}")
     rows = project_all(
-        request.models or None, request.devices or None, request.stacks or None, precisions or None, request.control_hz
+        request.models or None,
+        request.devices or None,
+        request.stacks or None,
+        precisions or None,
+        request.control_hz,
+        request.cameras,
+        request.steps,
     )
     if not rows:
         raise InputError("no (model, device, stack, precision) the profiles allow matches these names")

@@ -144,11 +144,12 @@ def _model_projection(
     report: RooflineReport, spec, workload: Workload, precision: str, profile: DeviceProfile, stack: str
 ) -> None:
     """The fitted projection model (``vlabench project``) for ``stack``: roofline / share + kernels x dispatch."""
+    from vlabench.analysis.projection_fit import host_terms
     from vlabench.analysis.projection_score import fitted_model, model_inputs, project_phases
 
     model = fitted_model()
     inputs = model_inputs(spec, workload, precision, profile)
-    projected = project_phases(inputs, model.parameters, stack, profile.name, profile.kind)
+    projected = project_phases(inputs, model.parameters, stack, host_terms(profile))
     band = model.error_band(stack)
     apply_projection(
         report,

@@ -39,6 +39,10 @@ class Detection(BaseModel):
     openvino_device: str | None = Field(default=None, description="matched against OpenVINO FULL_DEVICE_NAMEs")
     ascend_chip: str | None = Field(default=None, description="matched against `npu-smi info` chip names")
     arch: str | None = Field(default=None, description="matched against platform.machine()")
+    memory_gb_between: tuple[float, float] | None = Field(
+        default=None,
+        description="the host's visible memory (GB) must lie in [low, high): tells apart SKUs that report one string",
+    )
 
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -75,12 +79,30 @@ class Engine(BaseModel):
     peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
 
 
+DeviceClass = Literal["datacenter-gpu", "desktop-gpu", "jetson", "npu", "cpu"]
+
+
+class HostCpu(BaseModel):
+    """The CPU on the device's own board or module, which launches its kernels (discrete cards have none: they run
+    in whatever host they are plugged into)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    core: str = Field(description="the core microarchitecture, e.g. cortex-a78ae: the host's single-thread class")
+    cores: int = Field(gt=0)
+    max_ghz: float = Field(gt=0, le=10)
+    source: str
+
+
 class DeviceProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     display_name: str
     kind: Literal["cpu", "gpu", "soc", "npu", "xpu"]
+    device_class: DeviceClass = Field(description="the projection model's hierarchy: which class prior it pools into")
+    host_cpu: HostCpu | None = Field(default=None, description="the on-board CPU; None for a discrete card")
     vendor: str
     torch_device: Literal["cpu", "cuda", "xpu", "npu"]
     detect: Detection
@@ -139,8 +161,13 @@ def _matches(pattern: str | None, value: str | None) -> bool:
 
 
 def profile_present(profile: DeviceProfile, host: HostInfo) -> bool:
-    """Whether the hardware a profile describes is on this host (its most specific rule decides)."""
+    """Whether the hardware a profile describes is on this host (its most specific rule decides, and the host's
+    memory lies in the profile's range where it states one)."""
     rules = profile.detect
+    if rules.memory_gb_between is not None:
+        low, high = rules.memory_gb_between
+        if not low <= host.memory_gb < high:
+            return False
     if rules.jetson_model:
         return _matches(rules.jetson_model, host.jetson_model)
     if rules.cuda_name:
@@ -172,6 +199,7 @@ def _fallback_cpu_profile(host: HostInfo) -> DeviceProfile:
         name=f"generic-{host.arch}-cpu",
         display_name=f"{host.cpu_model} (generic)",
         kind="cpu",
+        device_class="cpu",
         vendor="unknown",
         torch_device="cpu",
         detect=Detection(arch=re.escape(host.arch)),
@@ -242,6 +270,7 @@ def _fallback_cuda_profile(host: HostInfo) -> DeviceProfile:
         name="generic-cuda-gpu",
         display_name=f"{host.cuda_devices[0]} (generic)",
         kind="gpu",
+        device_class="desktop-gpu",
         vendor="NVIDIA",
         torch_device="cuda",
         detect=Detection(cuda_name=re.escape(host.cuda_devices[0])),

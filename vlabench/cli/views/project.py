@@ -54,12 +54,14 @@ def project_renderables(outcome: ProjectOutcome) -> list[Any]:
             Text(fits, style="bold red") if r.fits is False else fits,
         )
     params = titled_table(
-        "fitted stack parameters", ["stack", "share of peak", "µs per kernel", "fitted on", "entries", "error band"]
+        "fitted stack parameters",
+        ["stack", "share of peak", "share of bandwidth", "µs per kernel", "fitted on", "entries", "error band"],
     )
     for name, value in outcome.parameters.stacks.items():
         params.add_row(
             name,
             f"{value.share_of_peak:.1%}",
+            f"{value.share_of_bandwidth:.1%}",
             f"{value.dispatch_us:.2f}",
             value.fitted_on,
             str(value.observations),

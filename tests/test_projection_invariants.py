@@ -1,0 +1,217 @@
+"""Physics invariants over every row of ``vlabench project --all`` with the published fit: a violation is a failing
+test, never a warning. Each test also checks that it compared something, so an empty comparison cannot pass."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.analysis.projection import project_all
+from vlabench.analysis.projection_fit import REFERENCE_HOST_GHZ, host_terms
+from vlabench.analysis.projection_score import fitted_model
+from vlabench.hardware.devices import DeviceProfile, load_device_profile
+from vlabench.models.specs import load_model_spec
+from vlabench.models.workload import Workload
+
+PHASES = ("vision", "prefill", "action", "e2e")
+ARTIFACT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "hardware-projection.json"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[ProjectedRow]:
+    return project_all()
+
+
+def same_host(a: DeviceProfile, b: DeviceProfile) -> bool:
+    """Whether ``a`` launches kernels at least as fast as ``b`` on paper: the same launch path and either both
+    discrete cards (projected in the reference host) or the same board CPU core at an equal or higher clock."""
+    if a.torch_device != b.torch_device:
+        return False
+    if a.host_cpu is None or b.host_cpu is None:
+        return a.host_cpu is None and b.host_cpu is None
+    return a.host_cpu.core == b.host_cpu.core and a.host_cpu.max_ghz >= b.host_cpu.max_ghz
+
+
+def at_least_as_fast_on_paper(a: ProjectedRow, b: ProjectedRow) -> bool:
+    pa, pb = load_device_profile(a.device), load_device_profile(b.device)
+    return (
+        pa.peak_tflops[a.precision].value >= pb.peak_tflops[b.precision].value
+        and pa.bandwidth_gbs.value >= pb.bandwidth_gbs.value
+        and same_host(pa, pb)
+    )
+
+
+def dominance_violations(rows: list[ProjectedRow]) -> tuple[list[str], int]:
+    """Pairs of the same (model, stack, precision, workload) where the device at least as fast on paper is
+    projected slower in some phase, and how many pairs were compared."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row.model, row.stack, row.precision, row.cameras, row.steps)].append(row)
+    violations, compared = [], 0
+    for key, members in groups.items():
+        for a, b in itertools.permutations(members, 2):
+            if a.device == b.device or not at_least_as_fast_on_paper(a, b):
+                continue
+            compared += 1
+            for phase in PHASES:
+                if a.phases_ms[phase] > b.phases_ms[phase] * (1 + 1e-9):
+                    violations.append(
+                        f"{key}: {a.device} {phase} {a.phases_ms[phase]:.1f} ms > {b.device} {b.phases_ms[phase]:.1f}"
+                    )
+    return violations, compared
+
+
+def test_a_device_at_least_as_fast_on_paper_is_never_projected_slower(rows):
+    violations, compared = dominance_violations(rows)
+    assert not violations, "\n".join(violations[:20])
+    assert compared > 1000
+    pairs = {(r.device, r.model) for r in rows}
+    # the pairs users reported ordered wrongly are among those compared
+    assert {("h200", "pi0"), ("rtx-4090", "pi0"), ("jetson-orin-nano-8gb", "smolvla")} <= pairs
+
+
+@pytest.mark.parametrize(
+    ("faster", "slower"),
+    [
+        ("h200", "rtx-4090"),
+        ("h100-sxm", "rtx-4090"),
+        ("a100-80gb", "rtx-4090"),
+        ("rtx-5090", "rtx-4090"),
+        ("h200", "rtx-5090"),
+        ("jetson-agx-orin-64gb", "jetson-orin-nano-8gb"),
+        ("jetson-agx-orin-64gb", "jetson-agx-orin-32gb"),
+        ("jetson-agx-orin-64gb", "jetson-orin-nx-16gb"),
+    ],
+)
+def test_the_reported_misorderings_are_gone_for_every_model(rows, faster, slower):
+    """The orderings the issue found wrong, for every model, at every stack and precision where the faster device
+    is at least as fast on paper."""
+    by_key = {(r.model, r.device, r.stack, r.precision): r for r in rows}
+    checked = defaultdict(int)
+    for (model, device, stack, precision), row in by_key.items():
+        other = by_key.get((model, slower, stack, precision))
+        if device != faster or other is None or not at_least_as_fast_on_paper(row, other):
+            continue
+        assert row.phases_ms["e2e"] <= other.phases_ms["e2e"], (model, stack, precision)
+        checked[model] += 1
+    assert set(checked) == {r.model for r in rows}  # every model, at least once
+
+
+STEPPED = ["smolvla", "pi0", "pi05", "gr00t-n1.5", "diffusion-policy"]  # the families with an action loop
+
+
+@pytest.mark.parametrize("model", STEPPED)
+def test_more_steps_are_never_faster(rows, model):
+    default_steps = Workload.from_spec(load_model_spec(model)).steps
+    more = {
+        (r.device, r.stack, r.precision): r
+        for r in project_all([model], precisions=["fp32", "bf16"], steps=default_steps * 2)
+    }
+    compared = 0
+    for row in rows:
+        longer = more.get((row.device, row.stack, row.precision))
+        if row.model != model or longer is None:
+            continue
+        assert longer.steps == 2 * row.steps
+        assert longer.phases_ms["action"] > row.phases_ms["action"]
+        assert longer.phases_ms["e2e"] > row.phases_ms["e2e"]
+        assert longer.phases_ms["vision"] == pytest.approx(row.phases_ms["vision"])
+        compared += 1
+    assert compared > 20
+
+
+def test_int8_and_fp8_are_never_slower_than_16_bit_where_the_device_has_that_peak(rows):
+    by_key = {(r.model, r.device, r.stack, r.precision): r for r in rows}
+    compared = 0
+    for (model, device, stack, precision), row in by_key.items():
+        if precision not in ("int8", "fp8"):
+            continue
+        assert precision in load_device_profile(device).peak_tflops
+        for sixteen in ("bf16", "fp16"):
+            other = by_key.get((model, device, stack, sixteen))
+            if other is not None:
+                assert row.phases_ms["e2e"] <= other.phases_ms["e2e"], (model, device, stack, precision, sixteen)
+                compared += 1
+    assert compared > 300
+    assert {r.precision for r in rows} >= {"int8", "fp8"}
+
+
+def test_no_row_shows_a_model_fitting_in_more_than_the_usable_memory(rows):
+    undecided = 0
+    for row in rows:
+        profile = load_device_profile(row.device)
+        assert row.usable_memory_gb == profile.usable_gb, row.device
+        if row.usable_memory_gb is None:
+            assert row.fits is None
+            undecided += 1
+        else:
+            assert row.fits == (row.memory_needed_gb <= row.usable_memory_gb), (row.model, row.device)
+    assert any(r.fits is False for r in rows) and any(r.fits for r in rows)
+    # a socketed CPU has no memory of its own: its fit is left undecided, never the platform maximum
+    assert undecided and all(load_device_profile(r.device).memory_gb is None for r in rows if r.fits is None)
+
+
+def test_energy_per_inference_is_latency_times_a_power_between_idle_and_tdp(rows):
+    checked = 0
+    for row in rows:
+        if row.joules_per_inference is None:
+            assert load_device_profile(row.device).tdp_w is None
+            continue
+        watts = row.joules_per_inference / (row.phases_ms["e2e"] / 1e3)
+        tdp = load_device_profile(row.device).tdp_w.value
+        assert row.idle_w * (1 - 1e-9) <= watts <= tdp * (1 + 1e-9), (row.model, row.device, watts)
+        assert math.isfinite(row.joules_per_inference) and row.joules_per_inference > 0
+        checked += 1
+    assert checked > 1000
+
+
+def test_phases_add_up_and_every_row_is_labelled_projected(rows):
+    for row in rows:
+        parts = row.phases_ms["vision"] + row.phases_ms["prefill"] + row.phases_ms["action"]
+        assert row.phases_ms["e2e"] == pytest.approx(parts)
+        assert row.inference_hz == pytest.approx(1000.0 / row.phases_ms["e2e"])
+        assert row.label == "projected"
+
+
+def test_a_device_without_entries_takes_its_class_and_covariates_never_another_devices_factor():
+    params = fitted_model().parameters
+    # a discrete CUDA card is projected in the reference host, whatever another card's factor (the Arc B60's path)
+    for name in ("h200", "h100-pcie", "a100-80gb", "l4", "l40s", "rtx-5090"):
+        assert params.host(host_terms(load_device_profile(name)))[0] == 1.0
+    assert params.host(host_terms(load_device_profile("arc-pro-b60")))[0] != 1.0
+    # an Orin without entries: the Jetson class, the Cortex-A78AE core and its own clock
+    nano = host_terms(load_device_profile("jetson-orin-nano-8gb"))
+    hosts = params.hosts
+    expected = math.exp(
+        hosts.class_effects["jetson"]
+        + hosts.core_effects["cortex-a78ae"]
+        + hosts.clock_slope * math.log(REFERENCE_HOST_GHZ / nano.clock_ghz)
+    )
+    assert params.host(nano)[0] == pytest.approx(expected)
+    assert not any("jetson-orin-nano-8gb" in label and "pytorch" in label for label in params.observations)
+    # the two AGX Orin modules share one host (the same cores at the same clock), hence one factor
+    agx = [params.host(host_terms(load_device_profile(f"jetson-agx-orin-{size}")))[0] for size in ("32gb", "64gb")]
+    assert agx[0] == agx[1]
+
+
+def test_every_published_entry_is_above_its_roofline_floor():
+    """A published latency below the datasheet roofline floor is physically impossible: a typo or a wrong SKU."""
+    scores = [s for s in fitted_model().scores if s.phase == "e2e"]
+    assert len(scores) >= 35
+    for score in scores:
+        assert score.floor_ms <= score.reported_ms, (score.entry.model, score.entry.device, score.entry.source)
+
+
+def test_the_readme_hardware_table_orders_devices_as_their_datasheets():
+    document = json.loads(ARTIFACT.read_text())
+    rows = [ProjectedRow.model_validate(found["row"]) for found in document["rows"]]
+    assert {r.device for r in rows} >= {"jetson-orin-nano-8gb", "jetson-agx-orin-64gb", "h200", "rtx-4090"}
+    violations, compared = dominance_violations(rows)
+    assert not violations, violations
+    assert compared >= len({r.model for r in rows})
