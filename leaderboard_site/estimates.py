@@ -152,6 +152,10 @@ def reported_rows(entries: list[ReportedEntry], energies: dict[str, float | None
 
 
 def reported_id(entry: ReportedEntry) -> str:
-    """The stable id (and URL fragment) of a published row."""
+    """The stable id (and URL fragment) of a published row: its workload and its source tell apart two figures of
+    the same model, device and stack (another camera count, another publication)."""
     latency = entry.latency
-    return slug(f"reported {latency.model} {latency.device} {latency.stack} {latency.precision} {latency.steps}")
+    return slug(
+        f"reported {latency.model} {latency.device} {latency.stack} {latency.precision} {latency.steps} "
+        f"{latency.cameras} {latency.source}"
+    )

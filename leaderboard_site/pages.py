@@ -26,7 +26,7 @@ PAGE_KEYS = (
     *("id", "kind", "run_id", "model", "device", "device_kind", "backend", "precision", "optimizations"),
     *("provenance", "group", "valid", "invalid_reason"),
     *("latency_p50_ms", "latency_p99_ms", "memory_needed_gb", "device_memory_gb", "device_memory_nameplate_gb"),
-    *("chunk", "action_error", "p99_note", "error_band_label", "stack", "date", "vlabench_version"),
+    *("chunk", "action_error", "p99_note", "error_band", "error_band_label", "stack", "date", "vlabench_version"),
     *("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
 )
 

@@ -19,6 +19,7 @@ from vlabench.cli.app import app
 from vlabench.errors import InputError
 from vlabench.leaderboard_site import build as site_build
 from vlabench.leaderboard_site.build import MARKER, build_site
+from vlabench.leaderboard_site.estimates import reported_id
 from vlabench.leaderboard_site.reported import reported_entries
 from vlabench.leaderboard_site.rows import slug
 from vlabench.leaderboard_site.serve import make_server
@@ -248,6 +249,19 @@ def test_reported_energies_join_one_published_latency_each():
     for entry in entries:
         assert entry.latency.model == "pi0" and entry.latency.steps == 4 and entry.latency.stack == "pytorch-eager"
         assert "Table 1" in entry.energy.source and entry.latency.label == "reported"
+
+
+def test_every_published_row_has_its_own_id():
+    """Two figures of one model, device and stack (another camera count, another publication) are two rows."""
+    entries = reported_entries()
+    ids = [reported_id(entry) for entry in entries]
+    assert len(set(ids)) == len(ids) == len(entries)
+    same = [
+        e
+        for e in entries
+        if (e.latency.model, e.latency.device, e.latency.stack) == ("pi0", "rtx-5090", "tuned-kernels")
+    ]
+    assert len({e.latency.cameras for e in same}) == len(same) > 1
 
 
 def test_detail_pages(built, table):

@@ -191,9 +191,13 @@ def test_projected_rows_rank_apart_with_their_band_and_cost_fallback(index):
     assert measured_ranks[0] == 1  # the measured ranking starts at 1 whatever the projections say
     index.page.check("#projected-together")
     merged = _page_rows(index)
-    exact = [r for r in merged.values() if r["group"] == "exact" and r["rank"] != "—"]
-    assert sorted(int(r["rank"].rstrip(" ◆")) for r in exact) == list(range(1, len(exact) + 1))
-    assert {r["kind"] for r in exact} >= {"run", "projected"}
+    exact = sorted((r for r in merged.values() if r["group"] == "exact" and r["rank"] != "—"), key=lambda r: r["order"])
+    ranks = [int(r["rank"].rstrip(" ◆").rstrip("=")) for r in exact]
+    # competition ranks: each row is ranked by its place, unless its band overlaps the row above it ("=")
+    for place, (row, rank) in enumerate(zip(exact, ranks, strict=True), start=1):
+        tied = "=" in row["rank"] and place > 1 and rank == ranks[place - 2]
+        assert rank == place or tied, (place, row["rank"])
+    assert ranks[0] == 1 and {r["kind"] for r in exact} >= {"run", "projected"}
     index.page.uncheck("#projected-together")
     index.page.select_option("#priority", "time")
     assert all(row["rank"] != "—" for row in _page_rows(index).values() if not row["infeasible"])
@@ -234,3 +238,36 @@ def test_the_bundled_leaderboard_builds_from_one_command(tmp_path):
     page = (tmp_path / "site" / "runs" / f"{measured[0]['id']}.html").read_text()
     assert f'href="{measured[0]["id"]}.profile.json"' in page  # the shipped profile of the same configuration
     assert (tmp_path / "site" / "runs" / f"{measured[0]['id']}.profile.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def overlapping(browser, results_dir, tmp_path_factory):  # noqa: F811
+    """The three projections plus an A100 at 44 ms, within the ±18% band of the RTX 4090's 40 ms; no published
+    rows, so the matrix's neighbours are the projections."""
+    out = tmp_path_factory.mktemp("band-site") / "site"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(site_build, "projections", lambda: [*PROJECTED, _projected("a100-80gb", 17000.0, 44.0)])
+        patch.setattr(site_build, "reported_entries", lambda: [])
+        patch.setattr(site_build, "reported_energies", lambda entries: {})
+        build_site([results_dir], out, control_hz=TARGET_HZ, projected=True)
+    visit = Visit(browser, out, "index.html")
+    yield visit
+    visit.page.close()
+
+
+def test_projections_whose_bands_overlap_are_not_ranked_apart(overlapping):
+    _set(overlapping, priority="time")
+    rows = _page_rows(overlapping)
+    projected = {row["device"]: row for row in rows.values() if row["kind"] == "projected"}
+    # 9 ms and 25 ms are apart at ±18%; 40 and 44 ms overlap, so they share a rank, marked and explained
+    assert projected["h100-sxm"]["rank"].startswith("1") and projected["l4"]["rank"].startswith("2")
+    assert projected["rtx-4090"]["rank"].startswith("3=") and projected["a100-80gb"]["rank"].startswith("3=")
+    assert "within the ±18% band of rtx-4090 (pytorch-eager): not ranked apart" in projected["a100-80gb"]["status"]
+    assert "band of" not in projected["l4"]["status"] and "=" not in projected["l4"]["rank"]
+    cell = overlapping.page.locator("#matrix td[data-model='pi0'][data-device='a100-80gb']").inner_text()
+    assert "≈ rtx-4090: bands overlap" in cell and "44 ms (36.1–51.9)" in cell
+    assert (
+        "bands overlap" not in overlapping.page.locator("#matrix td[data-model='pi0'][data-device='l4']").inner_text()
+    )
+    _shot(overlapping.page.locator(".matrix-box"), "matrix-band-overlap")
+    _set(overlapping, priority="cost")

@@ -117,6 +117,20 @@
     return reasons;
   }
 
+  // A projection is a value ± its stack's leave-one-out error band (a measured or published row: the value alone).
+  // Two rows whose intervals overlap on the priority figure are not ranked apart; at least one must have a band.
+  function bandsOverlap(a, b, key) {
+    if (!present(a.error_band) && !present(b.error_band)) return false;
+    const interval = (row) => {
+      const value = figure(row, key);
+      const band = present(row.error_band) ? row.error_band : 0;
+      return [value * Math.max(0, 1 - band), value * (1 + band)];
+    };
+    const [lowA, highA] = interval(a);
+    const [lowB, highB] = interval(b);
+    return lowA <= highB && lowB <= highA;
+  }
+
   // cet.pareto_front: not beaten by another row on every axis and strictly on one (lower is better).
   function markPareto(candidates, axes) {
     for (const row of candidates) {
@@ -157,7 +171,13 @@
     markPareto(feasible.filter((r) => axes.every((a) => present(r.now[a]))), axes);
     const rankable = feasible.filter((r) => present(r.now[column]));
     rankable.sort((a, b) => a.now[column] - b.now[column] || a.latency_p50_ms - b.latency_p50_ms);
-    rankable.forEach((row, i) => (row.now.rank = i + 1));
+    rankable.forEach((row, i) => {
+      const previous = rankable[i - 1];
+      const tied = previous !== undefined && bandsOverlap(previous, row, key);
+      row.now.rank = tied ? previous.now.rank : i + 1;
+      row.now.tiedWith = tied ? previous : null;
+      if (tied) previous.now.tied = row.now.tied = true;
+    });
   }
 
   // cet.rank per class: gate every row, rank each group, then order: ranked before unranked, class by class,
@@ -172,6 +192,8 @@
         feasible: reasons.length === 0,
         reasons: reasons.join("; "),
         rank: null,
+        tied: false,
+        tiedWith: null,
         pareto: false,
         group: groupLabel(row, s),
         latency_p50_ms: row.latency_p50_ms,
@@ -220,6 +242,11 @@
     const notes = [];
     if (s.priority === "cost" && row.now.cost_basis === "electricity-only") notes.push("no purchase price: electricity only");
     if (!present(figure(row, PRIORITY_COLUMNS[s.priority]))) notes.push(`no ${s.priority} figure: not ranked`);
+    const other = row.now.tiedWith;
+    if (other) {
+      const band = present(row.error_band) ? row.error_band : other.error_band;
+      notes.push(`within the ±${Math.round(band * 100)}% band of ${other.device} (${other.backend}): not ranked apart`);
+    }
     if (row.p99_note) notes.push(row.p99_note);
     return ["feasible", ...notes].join("; ");
   }
@@ -241,7 +268,7 @@
       shown += visible ? 1 : 0;
       tr.classList.toggle("infeasible", !row.now.feasible);
       const cells = {
-        rank: row.now.rank === null ? "—" : String(row.now.rank) + (row.now.pareto ? " ◆" : ""),
+        rank: row.now.rank === null ? "—" : String(row.now.rank) + (row.now.tied ? "=" : "") + (row.now.pareto ? " ◆" : ""),
         group: row.now.group,
         status: status(row, s),
         infhz: num(row.now.inference_hz_p50, 4),
@@ -284,8 +311,10 @@
       const cheapest = [...judged]
         .filter((r) => present(r.now.cost))
         .sort((a, b) => Number(a.now.cost_basis === "electricity-only") - Number(b.now.cost_basis === "electricity-only") || a.now.cost - b.now.cost)[0];
+      const fastest = [...judged].sort((a, b) => a.latency_p50_ms - b.latency_p50_ms)[0];
       result.set(name, {
         best,
+        fastest,
         feasible: feasible.length > 0,
         latency: lowest((r) => r.latency_p50_ms),
         joules: lowest((r) => r.now.joules_per_action),
@@ -297,10 +326,31 @@
     return result;
   }
 
+  // Per model, the device whose best row's band overlaps the next better device's: not ranked apart from it.
+  function matrixTies(cells, key) {
+    const ties = new Map();
+    const byModel = new Map();
+    for (const [name, cell] of cells) {
+      if (!present(cell.value)) continue;
+      const model = name.split("\u0000")[0];
+      if (!byModel.has(model)) byModel.set(model, []);
+      byModel.get(model).push([name, cell]);
+    }
+    for (const members of byModel.values()) {
+      members.sort((a, b) => a[1].value - b[1].value);
+      members.forEach(([name, cell], i) => {
+        const better = members[i - 1];
+        if (better && bandsOverlap(better[1].best, cell.best, key)) ties.set(name, better[1].best.device);
+      });
+    }
+    return ties;
+  }
+
   function renderMatrix(s) {
     const table = $("matrix");
     if (!table) return;
     const cells = matrixCells(s);
+    const ties = matrixTies(cells, PRIORITY_COLUMNS[s.priority]);
     const logs = Array.from(cells.values(), (c) => c.value)
       .filter((v) => present(v) && v > 0)
       .map(Math.log);
@@ -324,13 +374,18 @@
         td.appendChild(div);
       };
       line(cell.feasible ? "✓ feasible" : "✗ infeasible", "verdict");
-      line(`${num(finite(cell.latency), 3)} ms`);
+      const band = cell.fastest.error_band;
+      const low = cell.latency * Math.max(0, 1 - band);
+      const range = present(band) ? ` (${num(low, 3)}–${num(cell.latency * (1 + band), 3)})` : "";
+      line(`${num(finite(cell.latency), 3)} ms${range}`);
       line(`${num(finite(cell.joules), 3)} J/action`);
       line(cell.cheapest ? `$${costText(cell.cheapest)} /1M actions` : "— $/1M actions");
       const badge = document.createElement("span");
       badge.className = `badge badge-${cell.best.provenance}`;
       badge.textContent = cell.best.provenance + (cell.best.error_band_label ? ` ${cell.best.error_band_label}` : "");
       td.appendChild(badge);
+      const tie = ties.get(`${td.dataset.model}\u0000${td.dataset.device}`);
+      if (tie) line(`≈ ${tie}: bands overlap, not ranked apart`, "tie");
       line(`${cell.count} row${cell.count === 1 ? "" : "s"}`, "more");
       const best = cell.best;
       td.title = `${best.model} · ${best.device} · ${best.backend} ${best.precision} · ${best.optimizations}` +
