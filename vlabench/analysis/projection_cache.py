@@ -48,7 +48,7 @@ FACT_SOURCES = (
     "vocab.py",
 )
 """The code traced facts depend on (relative to the package): the specs, the replicas, the counters."""
-FIT_SOURCES = (*FACT_SOURCES, "analysis/projection_fit.py", "analysis/projection_score.py")
+FIT_SOURCES = (*FACT_SOURCES, "analysis/operator_mix.py", "analysis/projection_fit.py", "analysis/projection_score.py")
 """The code a fit depends on: the facts' code and the model and its fit."""
 
 Cached = TypeVar("Cached", bound=BaseModel)
