@@ -23,6 +23,9 @@ class ReportedLatency(BaseModel):
     stack: Literal["jax", "pytorch-eager", "pytorch-compiled", "tuned-kernels", "tensorrt", "ggml"]
     phases_ms: dict[Literal["vision", "prefill", "action", "e2e"], float]
     source: str
+    prompt_tokens: int | None = Field(
+        default=None, ge=0, description="instruction tokens the source states (the projection uses the model's own)"
+    )
     assumed: list[str] = Field(default_factory=list, description="workload knobs the source does not state")
     label: Literal["reported"] = "reported"
 
