@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
+from vlabench.hardware.devices import load_device_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = (
@@ -54,15 +55,25 @@ def base_result() -> dict:
         "idle_w": 5.0,
         "window_s": 1.0,
         "window_inferences": 3,
-        "average_w": 20.0,
-        "joules_per_inference": 4.0,
-        "joules_per_action": 0.8,
-        "dynamic_joules_per_inference": 3.0,
         "notes": [],
     }
+    set_power(data, 12.0)
     data["cost"] = None
     data["roofline"] = json.loads(ROOFLINE.read_text())["report"]
     return data
+
+
+def set_power(data: dict, average_w: float) -> None:
+    """The energy block at ``average_w`` over its window: per inference, per action (one per inference: the file
+    is gated per step) and above idle, as the meters' readings make them."""
+    energy = data["energy"]
+    seconds_per_inference = energy["window_s"] / energy["window_inferences"]
+    energy.update(
+        average_w=average_w,
+        joules_per_inference=average_w * seconds_per_inference,
+        joules_per_action=average_w * seconds_per_inference,
+        dynamic_joules_per_inference=(average_w - energy["idle_w"]) * seconds_per_inference,
+    )
 
 
 def with_cost(data: dict) -> dict:
@@ -84,13 +95,15 @@ def with_cost(data: dict) -> dict:
 
 
 def scale_timing(timing: dict, factor: float) -> None:
-    """Every latency of the result times ``factor`` (statistics and samples: their order is kept)."""
+    """Every latency of the result times ``factor`` (statistics, samples and the timed duration: their order and
+    their relations are kept)."""
     for stats in [*timing["phases"].values(), *timing["denoise_steps"]]:
         for name in STATS:
             stats[name] *= factor
     for name, samples in timing["samples_ms"].items():
         timing["samples_ms"][name] = [value * factor for value in samples]
     timing["first_inference_ms"] *= factor
+    timing["timed_duration_s"] *= factor
 
 
 def synthetic_results(folder: Path, count: int, seed: int = 0) -> list[Path]:
@@ -110,11 +123,10 @@ def synthetic_results(folder: Path, count: int, seed: int = 0) -> list[Path]:
         data["config_hash"] = f"{index:016x}"
         moment = started + timedelta(minutes=index)
         data["started_utc"] = moment.isoformat()
-        data["finished_utc"] = (moment + timedelta(seconds=30)).isoformat()
         factor = rng.lognormvariate(-2.0, 1.5)
         scale_timing(data["timing"], factor)
-        data["energy"]["joules_per_inference"] = round(rng.uniform(0.5, 200.0), 3)
-        data["energy"]["joules_per_action"] = data["energy"]["joules_per_inference"] / 5
+        data["finished_utc"] = (moment + timedelta(seconds=30 + data["timing"]["timed_duration_s"])).isoformat()
+        set_power(data, round(rng.uniform(0.2, 1.0) * device_tdp(device), 3))
         if rng.random() < 0.2:
             data["optimization"] = {
                 "dp_cache": {"steps": 10, "computed": [0, 2, 4, 6, 8], "source": "{0,2,4,6,8}", "calibration": None},
@@ -125,6 +137,12 @@ def synthetic_results(folder: Path, count: int, seed: int = 0) -> list[Path]:
         path.write_text(json.dumps(with_cost(data), indent=2))
         written.append(path)
     return written
+
+
+def device_tdp(name: str) -> float:
+    """The device profile's TDP, or the 12 W the base result's estimate assumes for a profile with none."""
+    tdp = load_device_profile(name).tdp_w
+    return tdp.value if tdp is not None else 12.0
 
 
 def site_sizes(site: Path) -> dict:

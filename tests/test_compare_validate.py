@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from result_variants import with_e2e_samples, with_power
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
@@ -26,14 +27,11 @@ def measured() -> RunResult:
 
 
 def variant(
-    result: RunResult, run_id: str, samples: list[float], config_hash: str | None = None, **energy
+    result: RunResult, run_id: str, samples: list[float], config_hash: str | None = None, power: float = 1.0, **energy
 ) -> RunResult:
-    """A copy with other e2e samples (and identity, energy)."""
-    timing = result.timing.model_copy(update={"samples_ms": {**result.timing.samples_ms, "e2e": samples}})
-    update = {"run_id": run_id, "timing": timing, "config_hash": config_hash or result.config_hash}
-    if energy:
-        update["energy"] = result.energy.model_copy(update=energy)
-    return result.model_copy(update=update)
+    """A consistent copy with other e2e samples (and identity, power times ``power``, other energy labels)."""
+    changed = with_power(with_e2e_samples(result, samples), power, **energy)
+    return changed.model_copy(update={"run_id": run_id, "config_hash": config_hash or result.config_hash})
 
 
 FAILED_GATE = Correctness(
@@ -88,9 +86,8 @@ def test_compare_passes_noise_below_the_threshold_and_reports_an_improvement(mea
 
 def test_compare_flags_energy_and_correctness_regressions(measured, tmp_path):
     base, cand = tmp_path / "base", tmp_path / "cand"
-    joules = measured.energy.joules_per_action
     write_result(variant(measured, "a" * 32, samples(100, 1)), base)
-    write_result(variant(measured, "c" * 32, samples(100, 1), joules_per_action=joules * 1.2), cand)
+    write_result(variant(measured, "c" * 32, samples(100, 1), power=1.2), cand)
     energy = compare_folders(base, cand, Settings()).matches[0].energy
     assert energy.verdict == "regression" and energy.relative_change == pytest.approx(0.2)
     assert compare_folders(base, cand, Settings(energy_threshold=0.25)).regressions == []

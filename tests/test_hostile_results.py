@@ -169,6 +169,14 @@ ISSUE_EXAMPLES = [
 ]
 
 
+def zero_energy(document: dict) -> None:
+    """A consistent energy block at 0 W (a sensor that read nothing): possible, only not comparable."""
+    energy = document["energy"]
+    seconds = energy["window_s"] / energy["window_inferences"]
+    energy.update(average_w=0.0, joules_per_inference=0.0, joules_per_action=0.0)
+    energy["dynamic_joules_per_inference"] = -energy["idle_w"] * seconds
+
+
 def deep(depth: int) -> Callable[[dict], None]:
     """Marks the document; ``write`` replaces the mark by ``depth`` nested lists (json cannot write them)."""
     return setter(("backend_details",), f"__DEEP_{depth}__")
@@ -226,7 +234,7 @@ def test_the_reader_skips_every_impossible_result_and_validate_names_its_field(t
 
 @SLOW
 @given(simple_mutations)
-@example(("zero baseline energy", setter(("energy", "joules_per_action"), 0.0), "energy.joules_per_action"))
+@example(("zero baseline energy", lambda document: zero_energy(document), "energy.joules_per_action"))
 @example(ISSUE_EXAMPLES[2])
 @example(ISSUE_EXAMPLES[4])
 @example(ISSUE_EXAMPLES[5])

@@ -24,6 +24,7 @@ from vlabench.optimizations.fidelity import ActionError
 from vlabench.results.control import ControlVerdict, legacy_control
 from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader
 from vlabench.results.provenance import Provenance
+from vlabench.results.relations import Problems, relation_problems
 from vlabench.results.store import read_json, validate_artifact
 from vlabench.telemetry.system_state import SystemState
 
@@ -31,8 +32,6 @@ MIN_LATENCY_MS = 1e-3
 """1 µs: no policy inference is faster; an end-to-end figure below it is a unit or clock error, never a win."""
 MAX_LATENCY_MS = 86_400_000.0
 """One day: a longer inference is no measurement."""
-Problems = list[tuple[str, str]]
-"""(field, what is wrong with it)."""
 
 SCHEMA_VERSION = "1.2"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
@@ -231,9 +230,10 @@ class RunResult(ArtifactHeader):
     def physical_problems(self) -> Problems:
         """Every measured figure that cannot be: latencies that are not finite and positive (end-to-end: ≥ 1 µs),
         percentiles out of order, no ``e2e`` phase, no timed iteration, negative or non-finite energy, power, price
-        or cost, sizes below zero, a run that finished before it started. A NaN action error is no such problem: it
-        is a measurement of broken actions (see ``invalid_reason``). Readers skip a result with any; ``validate``
-        lists them all."""
+        or cost, sizes below zero, a run that finished before it started; when every figure is in range, the
+        relations between them (``results.relations``: parts within the whole, energy = power × time, memory within
+        the device, …). A NaN action error is no such problem: it is a measurement of broken actions (see
+        ``invalid_reason``). Readers skip a result with any; ``validate`` lists them all."""
         found: Problems = []
         timing = self.timing
         if "e2e" not in timing.phases:
@@ -273,7 +273,7 @@ class RunResult(ArtifactHeader):
                 found += figure_problems(name, block, fields, strict, lows)
         if self.finished_utc < self.started_utc:
             found.append(("finished_utc", f"{self.finished_utc.isoformat()} is before started_utc"))
-        return found
+        return found or relation_problems(self)
 
     def stem(self) -> str:
         parts = (self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])

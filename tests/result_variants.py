@@ -1,0 +1,47 @@
+"""Consistent variants of a real result for tests: other end-to-end samples or another power, with every figure that
+depends on them (statistics, iterations, timed duration, the control verdict, energy per inference and action)
+recomputed, so that the variant satisfies ``results.relations`` as a real run would."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from vlabench.measure.stats import summarize
+from vlabench.results.assemble import control_verdict
+from vlabench.results.schema import RunResult
+
+
+def with_e2e_samples(result: RunResult, samples: list[float]) -> RunResult:
+    """``result`` with these end-to-end samples: their statistics, as many iterations, a timed duration and a run
+    long enough to hold them, and the control verdict of their percentiles."""
+    e2e = summarize(samples)
+    timing = result.timing.model_copy(
+        update={
+            "samples_ms": {**result.timing.samples_ms, "e2e": list(samples)},
+            "phases": {**result.timing.phases, "e2e": e2e},
+            "iterations": len(samples),
+            "timed_duration_s": max(result.timing.timed_duration_s, sum(samples) / 1000.0),
+        }
+    )
+    control = control_verdict(e2e, result.control.control_hz, result.control.execution_model())
+    finished = max(result.finished_utc, result.started_utc + timedelta(seconds=timing.timed_duration_s + 1.0))
+    return result.model_copy(update={"timing": timing, "control": control, "finished_utc": finished})
+
+
+def with_power(result: RunResult, factor: float, **energy) -> RunResult:
+    """``result`` with its average power (and so its energy per inference and per action) times ``factor``, and any
+    other energy fields (``label``, ``method``) replaced."""
+    block = result.energy
+    assert block is not None
+    average = block.average_w * factor
+    seconds = block.window_s / block.window_inferences
+    changed = block.model_copy(
+        update={
+            "average_w": average,
+            "joules_per_inference": block.joules_per_inference * factor,
+            "joules_per_action": block.joules_per_action * factor,
+            "dynamic_joules_per_inference": (average - block.idle_w) * seconds,
+            **energy,
+        }
+    )
+    return result.model_copy(update={"energy": changed})
