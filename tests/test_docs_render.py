@@ -42,7 +42,6 @@ MEASUREMENT = re.compile(
 # Configuration values and thresholds that may be written in prose, each with what it is.
 ALLOWED = {
     "5%": "coefficient-of-variation warning threshold (NOISY_COV)",
-    "10%": "drift of each observation towards the next in vlabench fidelity's open loop",
     "15%": "memory headroom added to the footprint estimate (HEADROOM)",
     "25%": "background CPU load warning threshold (BUSY_BACKGROUND_PERCENT)",
     "30%": "assumed idle share of TDP for the estimated meter (ASSUMED_IDLE_SHARE)",
@@ -55,6 +54,14 @@ ALLOWED = {
     "4.5×": "issue 19's target speed-up over eager fp32 on AMX CPUs (benchmarks/backends.py checks it)",
     "2×": "issue 19's target speed-up over eager fp32 on CPUs without native bf16",
     "60%": "issue 19's target share of the action expert's roofline floor",
+    "95%": "confidence of a percentile's interval (measure.stats.CONFIDENCE)",
+    "2.5%": "each tail of the 95% interval",
+    "97.5%": "the one-sided confidence of the interval's upper end",
+    "2%": "relative tolerance of the relations between a result's figures (results.relations.RELATIVE)",
+    "0.5 ms": "timer granularity per sum in those relations (results.relations.ABSOLUTE_MS)",
+    "10 ms": "the action loop's allowed overhead over its steps (results.relations)",
+    "10%": "drift of each observation towards the next in vlabench fidelity's open loop; memory margin of the "
+    "relations (results.relations.MEMORY_MARGIN)",
 }
 
 

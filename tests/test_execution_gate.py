@@ -185,11 +185,13 @@ def test_run_records_the_chunked_execution_it_was_asked_for(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     control, e2e = data["control"], data["timing"]["phases"]["e2e"]
-    assert data["schema_version"] == "1.2" and data["config"]["execution"] == "async"
+    assert data["schema_version"] == "1.3" and data["config"]["execution"] == "async"
     assert control["execution"] == "async" and control["actions_per_chunk"] == 5
-    assert control["reaction_ms"] == pytest.approx(e2e["p99"])
+    # a handful of samples cannot bound p99: the gate judges the slowest and says so
+    assert control["reaction_ms"] == pytest.approx(e2e["max"]) and e2e["intervals"]["p99"][1] is None
+    assert control["judged_on"].startswith("not enough samples for p99")
     assert control["delivered_action_hz_p50"] == pytest.approx(min(10.0, 5 * 1000.0 / e2e["p50"]))
-    assert control["meets_target"] is (e2e["p99"] <= 5 / 10.0 * 1000.0)
+    assert control["meets_target"] is (e2e["max"] <= 5 / 10.0 * 1000.0)
     refused = runner.invoke(app, [*args, "--actions-per-chunk", "5"])
     assert refused.exit_code == 2 and "choose --execution sync or async" in refused.output
     assert "Traceback" not in refused.output

@@ -53,7 +53,8 @@ def results_frame(
     Columns:
     identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), file;
     control (``cet.gate``): execution ("per-step", "sync", "async"), actions_per_chunk (executed per inference: 1
-    per step), latency_p50_ms, latency_p99_ms, inference_hz_p50, inference_hz_p99, reaction_ms (p99 latency),
+    per step), latency_p50_ms, latency_p99_ms (the latency the gate judges: the upper end of p99's 95% interval, or
+    the slowest sample with too few samples), inference_hz_p50, inference_hz_p99, reaction_ms (that latency),
     delivered_action_hz (at p50), delivered_action_hz_p99, meets_target, feasible, reasons;
     memory: memory_needed_gb (estimated), device_memory_gb (usable: what the OS and CUDA context leave on unified-
     memory devices), device_memory_nameplate_gb;
@@ -92,7 +93,7 @@ def _row(path: Path, result: RunResult) -> dict[str, Any]:
         "execution": control.execution,
         "actions_per_chunk": control.actions_per_chunk,
         "latency_p50_ms": e2e.p50,
-        "latency_p99_ms": e2e.p99,
+        "latency_p99_ms": e2e.judged_p99()[0],
         "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
         "device_memory_gb": result.device.usable_gb(),
         "device_memory_nameplate_gb": result.device.memory_gb,

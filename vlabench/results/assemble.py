@@ -191,8 +191,10 @@ def execution_model(config: RunConfig, workload: Workload) -> ExecutionModel:
 
 
 def control_verdict(e2e: Stats, control_hz: float, execution: ExecutionModel) -> ControlVerdict:
-    """The control-rate gate (``cet.gate``) on the end-to-end latency, judged on p99."""
-    return ControlVerdict.from_gate(gate(e2e.p50, e2e.p99, control_hz, execution))
+    """The control-rate gate (``cet.gate``) on the end-to-end latency, judged on the upper end of p99's confidence
+    interval (the slowest sample when the samples are too few to bound p99: the verdict says so)."""
+    judged, judged_on = e2e.judged_p99()
+    return ControlVerdict.from_gate(gate(e2e.p50, judged, control_hz, execution), judged_on)
 
 
 def measurement_warnings(

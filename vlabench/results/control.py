@@ -4,7 +4,7 @@ schema 1.2 are re-gated on reading."""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,7 +25,11 @@ class ControlVerdict(BaseModel):
     reaction_ms: float = Field(description="p99 latency: how stale the newest action can be")
     delivered_action_hz_p50: float = Field(description="actions the robot executes per second at p50 latency")
     delivered_action_hz_p99: float
-    judged_on: Literal["p99"] = "p99"
+    judged_on: str = Field(
+        default="p99",
+        description="the latency the gate judged: the upper end of p99's 95% interval, or the slowest sample when "
+        "the samples are too few to bound p99 (the point p99 before schema 1.3)",
+    )
     meets_target: bool
     reason: str | None = Field(description="why the target is missed (None when met)")
     regated_from: str | None = Field(
@@ -33,7 +37,7 @@ class ControlVerdict(BaseModel):
     )
 
     @classmethod
-    def from_gate(cls, verdict: Gate) -> ControlVerdict:
+    def from_gate(cls, verdict: Gate, judged_on: str = "p99") -> ControlVerdict:
         return cls(
             control_hz=verdict.control_hz,
             execution=verdict.execution.mode,
@@ -44,7 +48,8 @@ class ControlVerdict(BaseModel):
             delivered_action_hz_p50=verdict.delivered_action_hz,
             delivered_action_hz_p99=verdict.delivered_action_hz_p99,
             meets_target=verdict.meets_target,
-            reason=verdict.reason,
+            reason=None if verdict.reason is None else f"{verdict.reason} (judged on {judged_on})",
+            judged_on=judged_on,
         )
 
     def execution_model(self) -> ExecutionModel:

@@ -33,11 +33,12 @@ MIN_LATENCY_MS = 1e-3
 MAX_LATENCY_MS = 86_400_000.0
 """One day: a longer inference is no measurement."""
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
 verdict under an execution model (``ControlVerdict``), usable device memory; older control blocks are re-gated on
-reading (``legacy_control``)."""
-READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", SCHEMA_VERSION)
+reading (``legacy_control``). 1.3: each percentile's 95% confidence interval (``Stats.intervals``); the gate judges
+the upper end of p99's (``ControlVerdict.judged_on``); 1.2 files, without intervals, keep their point p99."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", SCHEMA_VERSION)
 GATE_FAILED = "failed the correctness gate"
 
 
