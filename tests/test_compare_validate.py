@@ -12,7 +12,13 @@ from vlabench.cli.app import app
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.measure.correctness import TOLERANCES, Correctness
-from vlabench.results.compare import Settings, bootstrap_relative_median_change, compare_folders
+from vlabench.results.compare import (
+    Settings,
+    bootstrap_relative_median_change,
+    compare_folders,
+    drift,
+    latency_change,
+)
 from vlabench.results.schema import RunResult, write_result
 
 runner = CliRunner()
@@ -152,3 +158,31 @@ def test_validate_of_a_folder_without_results_is_bad_input(tmp_path):
     (tmp_path / "x.trace.json").write_text("{}")
     empty = runner.invoke(app, ["validate", str(tmp_path)])
     assert empty.exit_code == 2 and "no result files" in empty.stderr
+
+
+def test_drift_is_how_far_a_runs_median_moves_over_its_own_length():
+    assert drift([100.0] * 10) == 0.0
+    assert drift([100.0] * 5 + [110.0] * 5) == pytest.approx(10.0 / 105.0)
+    assert drift([100.0, 200.0, 300.0]) == 0.0  # too few to split
+
+
+def test_a_change_within_the_runs_own_drift_is_no_regression(measured):
+    """Each run drifts by 10% over its length (half its samples near 100 ms, half near 110 ms), and the candidate is
+    15% slower: the bootstrap alone calls it significant, the runs' drift says they cannot tell it from noise."""
+
+    def drifting(level: float, seed: int) -> list[float]:
+        rng = np.random.default_rng(seed)
+        return list(rng.normal(level, 0.2, 15)) + list(rng.normal(level * 1.1, 0.2, 15))
+
+    base = variant(measured, "a" * 32, drifting(100.0, 1))
+    cand = variant(measured, "c" * 32, drifting(115.0, 2))
+    point, low, _ = bootstrap_relative_median_change(
+        base.timing.samples_ms["e2e"], cand.timing.samples_ms["e2e"], 0.95, 2000, 0
+    )
+    assert low > 0 and point > 0.05  # significant and above the threshold within the runs
+    latency = latency_change(base, cand, Settings())
+    assert latency.verdict == "unchanged" and latency.noise > 0.1 and latency.ci_low < 0
+    steady = latency_change(
+        variant(measured, "a" * 32, samples(100, 1)), variant(measured, "c" * 32, samples(115, 2)), Settings()
+    )
+    assert steady.verdict == "regression" and steady.noise < 0.02  # the same change on steady runs is flagged

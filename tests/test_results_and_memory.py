@@ -99,9 +99,10 @@ def test_control_verdict_gates_the_execution_model_at_p99():
     verdict = control_verdict(e2e, control_hz=10, execution=chunked)
     assert verdict.execution == "async" and verdict.actions_per_chunk == 5
     assert verdict.inference_hz_p50 == pytest.approx(10.0)
-    assert verdict.reaction_ms == pytest.approx(e2e.p99)
+    # 100 samples cannot bound p99 (368 can): the gate judges the slowest, 500 ms, and says so
+    assert verdict.reaction_ms == pytest.approx(e2e.max) and verdict.judged_on.startswith("not enough samples")
     assert verdict.delivered_action_hz_p50 == pytest.approx(10.0)  # min(10 Hz, 5 actions / 0.1 s)
-    assert verdict.meets_target is (e2e.p99 <= 500.0)
+    assert verdict.meets_target is (e2e.max <= 500.0)
     per_step = control_verdict(e2e, control_hz=10, execution=ExecutionModel())
     assert per_step.actions_per_chunk == 1 and not per_step.meets_target and "inferences/s at p99" in per_step.reason
     assert control_verdict(summarize([100.0] * 10), 10, ExecutionModel()).meets_target

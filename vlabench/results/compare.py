@@ -1,8 +1,13 @@
 """``vlabench compare``: match two results folders run by run and flag latency, energy and correctness regressions.
 
 Latency: a seeded percentile bootstrap of the relative difference of medians, (candidate − baseline) / baseline,
-over the raw samples of one phase. A run regressed when the whole confidence interval lies above zero (the slowdown
-is statistically significant) and the point estimate exceeds the relative threshold. Energy results hold one window
+over the raw samples of one phase, widened on both sides by the runs' own drift: how far each run's median moves
+between its first and second half (in the order timed), combined over the two runs. A bootstrap over one pair sees
+only the noise within each run; two back-to-back runs of one configuration also differ by what drifts between them
+(clocks, caches, other load), and a run's drift over its own length is the estimate of that which the pair holds. A
+run regressed when the whole widened interval lies above zero and the point estimate exceeds the relative
+threshold (``benchmarks/compare_aa.py`` measures how often back-to-back runs of one configuration come out
+"regression"). Energy results hold one window
 and no dispersion, so joules per action regress when they grow by more than their own relative threshold.
 Correctness regresses when the baseline is valid and the candidate is not (a NaN action error included); the match
 keeps the candidate's reason."""
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vlabench.config import SEED_LIMIT
 from vlabench.errors import InputError, unknown_name
@@ -48,6 +53,7 @@ class Latency(BaseModel):
     relative_change: float
     ci_low: float | None
     ci_high: float | None
+    noise: float = Field(default=0.0, description="the runs' own drift, by which the interval was widened")
     verdict: Verdict
 
 
@@ -102,6 +108,16 @@ def bootstrap_relative_median_change(
     return float(point), float(low), float(high)
 
 
+def drift(samples: Iterable[float]) -> float:
+    """How far a run's median moves over its own length: |median(second half) − median(first half)| / median, in
+    the order the samples were timed (0 for fewer than four samples)."""
+    values = np.asarray(list(samples), dtype=np.float64)
+    half = values.size // 2
+    if half < 2:
+        return 0.0
+    return float(abs(np.median(values[half:]) - np.median(values[:half])) / np.median(values))
+
+
 def latency_change(baseline: RunResult, candidate: RunResult, settings: Settings) -> Latency | None:
     base = baseline.timing.samples_ms.get(settings.phase)
     cand = candidate.timing.samples_ms.get(settings.phase)
@@ -121,6 +137,8 @@ def latency_change(baseline: RunResult, candidate: RunResult, settings: Settings
     point, low, high = bootstrap_relative_median_change(
         base, cand, settings.confidence, settings.resamples, settings.seed
     )
+    noise = math.hypot(drift(base), drift(cand))
+    low, high = low - noise, high + noise
     if low > 0 and point > settings.threshold:
         verdict: Verdict = "regression"
     elif high < 0 and point < -settings.threshold:
@@ -133,6 +151,7 @@ def latency_change(baseline: RunResult, candidate: RunResult, settings: Settings
         relative_change=point,
         ci_low=low,
         ci_high=high,
+        noise=noise,
         verdict=verdict,
     )
 

@@ -26,12 +26,13 @@ def compare_table(report: Report) -> Table:
     table = PlainTable(
         title=(
             f"{len(report.matches)} matched runs, {len(report.regressions)} regressed ({settings.phase} latency: "
-            f"{settings.confidence:.0%} bootstrap CI of the median change, threshold {settings.threshold:.0%}; energy "
+            f"{settings.confidence:.0%} bootstrap CI of the median change widened by the runs' own drift, threshold "
+            f"{settings.threshold:.0%}; energy "
             f"threshold {settings.energy_threshold:.0%})"
         ),
         title_justify="left",
     )
-    for column in ("run", "base p50 ms", "cand p50 ms", "Δ median", "CI", "latency", "J/action Δ", "energy"):
+    for column in ("run", "base p50 ms", "cand p50 ms", "Δ median", "CI", "drift", "latency", "J/action Δ", "energy"):
         table.add_column(column, justify="left" if column in ("run", "latency", "energy") else "right")
     for match in report.matches:
         latency, energy = match.latency, match.energy
@@ -50,6 +51,7 @@ def compare_table(report: Report) -> Table:
             f"{latency.candidate_p50_ms:.2f}" if latency else "—",
             _percent(latency.relative_change if latency else None),
             ci,
+            f"±{latency.noise:.1%}" if latency else "—",
             _styled(verdict),
             _percent(energy.relative_change),
             energy_cell,
