@@ -846,6 +846,27 @@ class Block:
     render: Callable[[Path], str]
 
 
+def render_compare_aa(root: Path) -> str:
+    """``benchmarks/compare_aa.py``: how often back-to-back runs of one configuration come out a regression."""
+    doc, meta = load(root, f"{RESULTS}/compare-aa.json")
+    rows = [
+        [f"`{model}`", str(value["pairs"]), str(value["false_regressions"])]
+        for model, value in doc["per_model"].items()
+    ]
+    rows.append(["all", str(doc["pairs"]), str(doc["false_regressions"])])
+    drifts = sorted(row["noise"] for row in doc["rows"])
+    intro = (
+        f"A/A pairs: two runs of one configuration, back to back on this machine ({doc['iterations']} timed inferences "
+        f"each), compared as `vlabench compare` does (threshold {pct(doc['settings']['threshold'])}, "
+        f"{pct(doc['settings']['confidence'])} bootstrap interval widened by the runs' own drift). Every regression "
+        f"is a false one: {doc['false_regressions']} of {doc['pairs']} "
+        f"({pct(doc['false_regression_rate'])}); the bootstrap alone, without the drift, would have flagged "
+        f"{doc['bootstrap_alone_false_regressions']}. The runs' combined drift ranged {pct(drifts[0], 1)} to "
+        f"{pct(drifts[-1], 1)} (median {pct(drifts[len(drifts) // 2], 1)})."
+    )
+    return captioned(intro, table(["model", "A/A pairs", "false regressions"], rows, "lrr"), meta)
+
+
 BLOCKS: dict[str, Block] = {
     "quickstart": Block((f"{RESULTS}/quickstart/smolvla-cpu.json",), render_quickstart),
     "models": Block((f"{RESULTS}/models.json",), render_models),
@@ -856,6 +877,7 @@ BLOCKS: dict[str, Block] = {
     "fidelity": Block((f"{RESULTS}/fidelity.json",), render_fidelity),
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
+    "compare-aa": Block((f"{RESULTS}/compare-aa.json",), render_compare_aa),
 }
 for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
     _path = f"{RESULTS}/expert-profile-{_artifact}.json"
