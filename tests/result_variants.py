@@ -1,6 +1,6 @@
-"""Consistent variants of a real result for tests: other end-to-end samples or another power, with every figure that
-depends on them (statistics, iterations, timed duration, the control verdict, energy per inference and action)
-recomputed, so that the variant satisfies ``results.relations`` as a real run would."""
+"""Consistent variants of a real result for tests: other end-to-end samples, every latency scaled, or another power,
+with every figure that depends on them (statistics, iterations, timed duration, the control verdict, energy per
+inference and action) recomputed, so that the variant satisfies ``results.relations`` as a real run would."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from datetime import timedelta
 from vlabench.measure.stats import summarize
 from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import RunResult
+
+STATS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
+"""The latency fields of a phase's statistics (the count and CoV do not scale with time)."""
 
 
 def with_e2e_samples(result: RunResult, samples: list[float]) -> RunResult:
@@ -26,6 +29,28 @@ def with_e2e_samples(result: RunResult, samples: list[float]) -> RunResult:
     control = control_verdict(e2e, result.control.control_hz, result.control.execution_model())
     finished = max(result.finished_utc, result.started_utc + timedelta(seconds=timing.timed_duration_s + 1.0))
     return result.model_copy(update={"timing": timing, "control": control, "finished_utc": finished})
+
+
+def with_time_scaled(result: RunResult, factor: float) -> RunResult:
+    """Every latency times ``factor``, with the timed duration, the run's length and the control verdict."""
+    timing = result.timing
+
+    def stats(s):
+        return s.model_copy(update={key: getattr(s, key) * factor for key in STATS})
+
+    changed = timing.model_copy(
+        update={
+            "phases": {name: stats(s) for name, s in timing.phases.items()},
+            "denoise_steps": [stats(s) for s in timing.denoise_steps],
+            "samples_ms": {name: [v * factor for v in values] for name, values in timing.samples_ms.items()},
+            "first_inference_ms": timing.first_inference_ms * factor,
+            "timed_duration_s": timing.timed_duration_s * factor,
+        }
+    )
+    wall = (result.finished_utc - result.started_utc).total_seconds()
+    finished = result.started_utc + timedelta(seconds=max(wall, changed.timed_duration_s + 1.0))
+    control = control_verdict(changed.phases["e2e"], result.control.control_hz, result.control.execution_model())
+    return result.model_copy(update={"timing": changed, "control": control, "finished_utc": finished})
 
 
 def with_power(result: RunResult, factor: float, **energy) -> RunResult:

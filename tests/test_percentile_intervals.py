@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vlabench.analysis.execution import ExecutionModel
-from vlabench.measure.stats import Stats, order_statistic_interval, samples_to_bound, summarize
+from vlabench.measure.stats import order_statistic_interval, samples_to_bound, summarize
 from vlabench.results.assemble import control_verdict
 
 
@@ -39,14 +39,10 @@ def test_the_p99_interval_covers_the_true_p99_about_95_times_in_100(n, seed):
     assert covered >= 180
 
 
-def _stats(samples: list[float]) -> Stats:
-    return summarize(samples)
-
-
 def test_the_gate_judges_the_upper_end_of_p99s_interval():
     """400 samples: 396 at 90 ms and 4 at 105 ms. The point p99 (90.15 ms) meets 10 Hz; the interval's upper end
     (105 ms) does not, and the verdict says what it judged."""
-    e2e = _stats([90.0] * 396 + [105.0] * 4)
+    e2e = summarize([90.0] * 396 + [105.0] * 4)
     assert e2e.p99 < 100.0 and e2e.intervals["p99"][1] == 105.0
     verdict = control_verdict(e2e, 10.0, ExecutionModel())
     assert not verdict.meets_target and verdict.reaction_ms == 105.0
@@ -54,7 +50,7 @@ def test_the_gate_judges_the_upper_end_of_p99s_interval():
 
 
 def test_with_too_few_samples_the_gate_judges_the_slowest_and_says_so():
-    e2e = _stats([90.0] * 9 + [120.0])
+    e2e = summarize([90.0] * 9 + [120.0])
     verdict = control_verdict(e2e, 10.0, ExecutionModel())
     assert e2e.intervals["p99"][1] is None and verdict.reaction_ms == 120.0 and not verdict.meets_target
     assert verdict.judged_on == "not enough samples for p99 (10 of the 368 a bound needs): the slowest sample"
@@ -62,5 +58,5 @@ def test_with_too_few_samples_the_gate_judges_the_slowest_and_says_so():
 
 def test_statistics_without_intervals_keep_their_point_p99():
     """Results of schema 1.2 and older have no intervals: their point p99 is judged, as when they were written."""
-    old = _stats([90.0] * 9 + [120.0]).model_copy(update={"intervals": {}})
+    old = summarize([90.0] * 9 + [120.0]).model_copy(update={"intervals": {}})
     assert old.judged_p99() == (old.p99, "p99")

@@ -324,3 +324,15 @@ def test_the_fast_floor_equals_the_roofline_analysis(model):
     inputs = projection_score.model_inputs(spec, workload, "bf16", profile)
     for phase in ("vision", "prefill", "action", "e2e"):
         assert inputs.roofline_ms[phase] == pytest.approx(report.phase(phase).bounds["datasheet"].floor_ms, rel=1e-9)
+
+
+def test_project_takes_the_workload_from_cameras_and_steps(tiny_entries):
+    base = ["project", "-m", "pi0-tiny", "-d", "jetson-thor", "--stack", "pytorch-eager", "--json"]
+    default = json.loads(CliRunner().invoke(app, base).stdout)["rows"][0]
+    result = CliRunner().invoke(app, [*base, "--steps", "2", "--cameras", "1"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    assert (row["steps"], row["cameras"]) == (2, 1) and (default["steps"], default["cameras"]) != (2, 1)
+    assert row["phases_ms"]["action"] < default["phases_ms"]["action"]
+    refused = CliRunner().invoke(app, [*base, "--steps", "0"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output

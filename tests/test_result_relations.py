@@ -7,25 +7,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from result_variants import with_power
+from result_variants import STATS, with_power, with_time_scaled
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import RunResult, write_result
 from vlabench.results.validate import Requirements, validate_file
 
 runner = CliRunner()
 LOOSE = Requirements(min_iterations=1, min_duration_s=0, allow_dirty=True)
-STATS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
 
 
 @pytest.fixture(scope="module")
@@ -146,28 +143,6 @@ def test_an_impossible_result_is_refused_everywhere_with_its_rule_named(measured
     assert "b" * 32 not in json.dumps(ranked)  # never ranked, never on a Pareto front
 
 
-def scaled(result: RunResult, factor: float) -> RunResult:
-    """Every latency times ``factor``, with the timed duration, the run's length and the control verdict."""
-    timing = result.timing
-
-    def stats(s):
-        return s.model_copy(update={key: getattr(s, key) * factor for key in STATS})
-
-    changed = timing.model_copy(
-        update={
-            "phases": {name: stats(s) for name, s in timing.phases.items()},
-            "denoise_steps": [stats(s) for s in timing.denoise_steps],
-            "samples_ms": {name: [v * factor for v in values] for name, values in timing.samples_ms.items()},
-            "first_inference_ms": timing.first_inference_ms * factor,
-            "timed_duration_s": timing.timed_duration_s * factor,
-        }
-    )
-    wall = (result.finished_utc - result.started_utc).total_seconds()
-    finished = result.started_utc + timedelta(seconds=max(wall, changed.timed_duration_s + 1.0))
-    control = control_verdict(changed.phases["e2e"], result.control.control_hz, result.control.execution_model())
-    return result.model_copy(update={"timing": changed, "control": control, "finished_utc": finished})
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     time_factor=st.floats(min_value=1e-2, max_value=1e2),
@@ -176,7 +151,7 @@ def scaled(result: RunResult, factor: float) -> RunResult:
 )
 def test_consistent_variants_always_pass(measured, tmp_path_factory, time_factor, power_factor, memory_share):
     """Faster or slower, hungrier or leaner, smaller or bigger within the device: every relation holds."""
-    variant = with_power(scaled(measured, time_factor), power_factor)
+    variant = with_power(with_time_scaled(measured, time_factor), power_factor)
     device_bytes = variant.device.memory_gb * 1e9
     variant = variant.model_copy(
         update={"memory": variant.memory.model_copy(update={"peak_rss_bytes": int(device_bytes * memory_share)})}

@@ -37,8 +37,6 @@ from vlabench.errors import unknown_name
 from vlabench.hardware.devices import DeviceProfile
 from vlabench.yaml_data import load_packaged
 
-REFERENCE_DEVICE = "rtx-4090"
-"""The device whose host factor is 1 by construction (a desktop CUDA card, no board CPU): the most published entries."""
 OBSERVATION_SIGMA = 0.2
 """Log-space noise of an observed latency: the ±20% read-off uncertainty the sources state for the Fig. 2 rates."""
 PRIORS: dict[str, tuple[float, float]] = {
@@ -61,7 +59,6 @@ CLASS_PRIOR_SIGMA: dict[str, float | None] = {
 class to the reference host. A discrete GPU has no CPU of its own: its kernels are launched by whatever host it is
 plugged into, so every discrete CUDA card is projected in one reference host and cards compare on their datasheets
 (a server host's difference from a desktop one is not the card's, and is left to the stack's error band)."""
-REFERENCE_CLASS = "desktop-gpu"
 STACK_PARAMETERS = ("share", "bandwidth", "dispatch")
 """What each stack fits: its shares of peak compute and of peak bandwidth, and its cost per kernel."""
 REFERENCE_PATH = "cuda"
@@ -265,9 +262,11 @@ def fit(observations: list[Observation]) -> FittedParameters:
         return np.concatenate([(np.log(predicted) - observed) / OBSERVATION_SIGMA, (x - prior_mean) / prior_sigma])
 
     x = _levenberg_marquardt(residuals, prior_mean.copy())
-    effects = {kind: {k: float(x[i]) for (group, k), i in index.items() if group == kind} for kind in PRIORS}
+    effects = {
+        kind: {k: float(x[i]) for (group, k), i in index.items() if group == kind} for kind in (*PRIORS, "class")
+    }
     hosts = HostModel(
-        class_effects={k: float(x[i]) for (group, k), i in index.items() if group == "class"},
+        class_effects=effects["class"],
         path_effects=effects["path"],
         core_effects=effects["core"],
         clock_slope=float(x[index[("slope", "")]]) if ("slope", "") in index else PRIORS["slope"][0],

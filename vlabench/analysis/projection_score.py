@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -50,6 +50,17 @@ class Inputs:
     @property
     def roofline_ms(self) -> dict[str, float]:
         return {phase: self.floor_ms(phase) for phase in PHASES}
+
+    @cached_property
+    def end_to_end(self) -> OperatorMix:
+        """Every phase's operators in one mix (the e2e floor is their sum at any shares), built once per inputs."""
+        parts = [self.mixes[name] for name in STEPS]
+        return OperatorMix.of(
+            [float(f) for m in parts for f in np.diff(m.cum_flops)],
+            [float(b) for m in parts for b in np.diff(m.cum_bytes)],
+            parts[0].peak / 1e9,
+            parts[0].bandwidth / 1e6,
+        )
 
 
 class PhaseProjection(BaseModel):
@@ -124,18 +135,6 @@ def project_phases(inputs: Inputs, params: FittedParameters, stack: str, host: H
     )
 
 
-def end_to_end_mix(inputs: Inputs) -> OperatorMix:
-    """Every phase's operators in one mix: the e2e floor is their sum at any shares."""
-    parts = [inputs.mixes[name] for name in STEPS]
-    first = parts[0]
-    return OperatorMix.of(
-        [float(f) for m in parts for f in np.diff(m.cum_flops)],
-        [float(b) for m in parts for b in np.diff(m.cum_bytes)],
-        first.peak / 1e9,
-        first.bandwidth / 1e6,
-    )
-
-
 def observation(entry: ReportedLatency, observed_ms: float | None = None) -> Observation:
     inputs = entry_inputs(entry.model, entry.device, entry.precision, entry.cameras, entry.steps)
     scheme = get_stack(entry.stack).kernel_scheme
@@ -144,7 +143,7 @@ def observation(entry: ReportedLatency, observed_ms: float | None = None) -> Obs
         stack=entry.stack,
         device=entry.device,
         host=host_terms(load_device_profile(entry.device)),
-        mix=end_to_end_mix(inputs),
+        mix=inputs.end_to_end,
         kernels=inputs.kernels[scheme]["e2e"],
         peak_tflops=inputs.peak_tflops,
         observed_ms=observed_ms if observed_ms is not None else entry.phases_ms["e2e"],
@@ -171,15 +170,13 @@ class ProjectionScore(BaseModel):
 
 def score_projections(entries: list[ReportedLatency]) -> list[ProjectionScore]:
     """For every entry: fit on every *other* entry, project this one, and compare each of its published phases."""
-    observations = [observation(e) for e in entries if "e2e" in e.phases_ms]
+    scored = [e for e in entries if "e2e" in e.phases_ms]
+    observations = [observation(e) for e in scored]
     scores = []
-    for entry in entries:
-        if "e2e" not in entry.phases_ms:
-            continue
-        held_out = observation(entry).label
-        params = fit([o for o in observations if o.label != held_out])
+    for entry, held_out in zip(scored, observations, strict=True):
+        params = fit([o for o in observations if o.label != held_out.label])
         inputs = entry_inputs(entry.model, entry.device, entry.precision, entry.cameras, entry.steps)
-        projected = project_phases(inputs, params, entry.stack, host_terms(load_device_profile(entry.device)))
+        projected = project_phases(inputs, params, entry.stack, held_out.host)
         for phase, reported in entry.phases_ms.items():
             floor, value = inputs.roofline_ms[phase], projected.phases_ms[phase]
             scores.append(

@@ -21,7 +21,7 @@ Problems = list[tuple[str, str]]
 RunResult = Any
 """A ``results.schema.RunResult`` (the schema imports this module: the rules read its fields, nothing more)."""
 
-PERCENTILES = ("min", "p50", "p90", "p99", "max")
+ORDER_STATISTICS = ("min", "p50", "p90", "p99", "max")
 RELATIVE = 0.02
 """Sums of means and products of figures agree within 2% (plus ``ABSOLUTE_MS`` for latencies)."""
 ABSOLUTE_MS = 0.5
@@ -64,7 +64,7 @@ def _phase_relations(result: RunResult) -> Problems:
         part = phases.get(name)
         if e2e is None or part is None or part.count != e2e.count:
             continue
-        for stat in PERCENTILES:
+        for stat in ORDER_STATISTICS:
             inner, outer = getattr(part, stat), getattr(e2e, stat)
             if inner > outer * (1 + 1e-9) + 1e-6:
                 found.append(
