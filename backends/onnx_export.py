@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from vlabench.atomic import staging_folder
 from vlabench.errors import UnavailableError
+from vlabench.measure.cold_start import stage
 from vlabench.models.replicas import Observation, build_replica
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -171,6 +172,14 @@ def export_onnx(spec: ModelSpec, workload: Workload, precision: str, seed: int) 
     return _exported(folder, reused=False)
 
 
+def timed_export(spec: ModelSpec, workload: Workload, precision: str, seed: int) -> ExportedModel:
+    """``export_onnx`` as the cold-start stage ``export`` (cached when the graphs were reused)."""
+    with stage("export") as timed:
+        exported = export_onnx(spec, workload, precision, seed)
+        timed.cached = exported.reused
+    return exported
+
+
 def _exported(folder: Path, reused: bool) -> ExportedModel:
     meta = json.loads((folder / "meta.json").read_text())
     graphs = {name: (list(ins), list(outs)) for name, (ins, outs) in meta["graphs"].items()}
@@ -188,7 +197,8 @@ def _export_into(
 ) -> tuple[dict[str, tuple[list[str], list[str]]], type]:
     cpu = torch.device("cpu")
     dtype = Precision.DTYPES[precision]
-    model = build_replica(spec, seed, dtype, cpu)
+    with stage("load"):
+        model = build_replica(spec, seed, dtype, cpu)
     obs = synthetic_observation(spec, workload, seed, dtype, cpu)
     image_tokens = model.embed_images(obs.images)
     cache = model.prefill(obs, image_tokens)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
-from vlabench.backends.onnx_export import ExportedModel, export_onnx, load_cache_class
+from vlabench.backends.onnx_export import ExportedModel, load_cache_class, timed_export
 from vlabench.backends.onnxruntime_quantize import (
     INT8_SCHEMES,
     calibration_feeds,
@@ -25,6 +25,7 @@ from vlabench.backends.onnxruntime_quantize import (
 )
 from vlabench.errors import InputError, UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_ORT_PROVIDER, ExecutionTarget
+from vlabench.measure.cold_start import stage
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
@@ -211,7 +212,7 @@ class OnnxRuntimeBackend(Backend):
         self, spec: ModelSpec, workload: Workload, device: torch.device, precision: str, seed: int
     ) -> PreparedPolicy:
         ort = _ort()
-        exported = export_onnx(spec, workload, EXPORT_PRECISION[precision], seed)
+        exported = timed_export(spec, workload, EXPORT_PRECISION[precision], seed)
         quantization: dict[str, Any] = {}
         if Precision.is_quantized(precision):
             scheme = self.int8_scheme if precision == "int8" else check_scheme(precision, None)
@@ -222,7 +223,9 @@ class OnnxRuntimeBackend(Backend):
                 policy = OrtPolicy(sessions, torch.device("cpu"), {}, fp32.graphs, cache_type)
                 return calibration_feeds(policy, spec, workload, seed)
 
-            exported, reused = quantize_exported(exported, scheme, calibration)
+            with stage("quantize") as timed:
+                exported, reused = quantize_exported(exported, scheme, calibration)
+                timed.cached = reused
             quantization = quantized_details(scheme, exported.folder, reused)
         provider = EXECUTION_PROVIDERS[self.provider_for(device)]
         providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
@@ -230,7 +233,8 @@ class OnnxRuntimeBackend(Backend):
         sessions = {}
         for graph in exported.graphs:
             options = self.session_options(ort, profile_dir, graph)
-            sessions[graph] = ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
+            with stage("compile"):  # session creation: graph optimization and kernel selection
+                sessions[graph] = ort.InferenceSession(str(exported.graph(graph)), options, providers=providers)
         in_use = sessions["prefill"].get_providers()
         if provider not in in_use:
             raise UnavailableError(

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
-from vlabench.backends.onnx_export import cache_root, export_onnx, load_cache_class
+from vlabench.backends.onnx_export import cache_root, load_cache_class, timed_export
 from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
 from vlabench.backends.openvino_quantize import (
     DEFAULT_SCHEME,
@@ -35,6 +35,7 @@ from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIV
 from vlabench.hardware.isa_cap import active_cap
 from vlabench.hardware.targets import ExecutionTarget, openvino_engine
 from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.cold_start import stage
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -231,8 +232,10 @@ class OpenVinoBackend(Backend):
                 or f"OpenVINO device '{self.target}' has no native {precision} (it would silently run f32); "
                 f"precisions here: {', '.join(self.precisions(device))}"
             )
-        exported = export_onnx(spec, workload, "fp32", seed)
-        source = float_ir(exported)
+        exported = timed_export(spec, workload, "fp32", seed)
+        with stage("convert") as timed:
+            source = float_ir(exported)
+            timed.cached = source.reused
         ir, quantization = source, {}
         if Precision.is_quantized(precision):
             scheme = self.schemes[precision]
@@ -240,7 +243,9 @@ class OpenVinoBackend(Backend):
             def calibrate(first: int, count: int) -> Calibration:
                 return self._calibration(source, exported, spec, workload, first, count)
 
-            ir = quantized_ir(source, workload.model_dump(), precision, scheme, seed, calibrate)
+            with stage("quantize") as timed:
+                ir = quantized_ir(source, workload.model_dump(), precision, scheme, seed, calibrate)
+                timed.cached = ir.reused
             quantization = {
                 "quantization": describe(precision, scheme, ir.meta),
                 "quantization_scheme": scheme,
@@ -256,7 +261,8 @@ class OpenVinoBackend(Backend):
                 f"its {precision} would round the time embedding and RoPE angles and fail the correctness gate; "
                 "use fp32 or OpenVINO >= 2025"
             )
-        compiled = {graph: self.core.compile_model(model, self.target, config) for graph, model in models.items()}
+        with stage("compile"):
+            compiled = {graph: self.core.compile_model(model, self.target, config) for graph, model in models.items()}
         effective = sorted({name for model in compiled.values() if (name := self._precision(model))})
         if effective and effective != [requested]:
             raise UnavailableError(

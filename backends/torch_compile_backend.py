@@ -21,6 +21,7 @@ from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
 from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
+from vlabench.measure.cold_start import stage
 from vlabench.models.replicas import Observation, PrefixCache
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -299,7 +300,8 @@ class TorchCompileBackend(Backend):
         hoister = ExpertKVHoister(model, workload.suffix_tokens, joint_buffers=False) if self.fuse_expert_kv else None
         policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization, hoister=hoister)
         noise = initial_noise(workload, seed, dtype, device)
-        cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)
-        if self.fuse_denoise_loop:
-            policy.capture_fused(cache, noise)
+        with stage("compile"):
+            cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)
+            if self.fuse_denoise_loop:
+                policy.capture_fused(cache, noise)
         return policy

@@ -54,6 +54,7 @@ from vlabench.backends.torch_quant_layers import (
     quiet_torchao_import,
 )
 from vlabench.errors import UnavailableError
+from vlabench.measure.cold_start import stage
 from vlabench.models.replicas import build_replica
 from vlabench.models.replicas.layers import Attention
 from vlabench.models.specs import ModelSpec
@@ -343,6 +344,8 @@ def build_torch_replica(
 ) -> tuple[nn.Module, dict[str, Any] | None]:
     """The torch backends' replica at any precision, with its quantization details (None for a float one)."""
     if not Precision.is_quantized(precision):
-        return build_replica(spec, seed, Precision.DTYPES[precision], device), None
-    model, quantizer = build_quantized_replica(spec, seed, precision, device, int8_scheme)
+        with stage("load"):
+            return build_replica(spec, seed, Precision.DTYPES[precision], device), None
+    with stage("quantize"):  # the layers are quantized as they are built: loading is part of it
+        model, quantizer = build_quantized_replica(spec, seed, precision, device, int8_scheme)
     return model, quantizer.details()

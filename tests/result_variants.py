@@ -9,6 +9,7 @@ from datetime import timedelta
 from vlabench.measure.stats import summarize
 from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import RunResult
+from vlabench.results.sustained import latency_windows
 
 STATS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
 """The latency fields of a phase's statistics (the count and CoV do not scale with time)."""
@@ -28,7 +29,11 @@ def with_e2e_samples(result: RunResult, samples: list[float]) -> RunResult:
     )
     control = control_verdict(e2e, result.control.control_hz, result.control.execution_model())
     finished = max(result.finished_utc, result.started_utc + timedelta(seconds=timing.timed_duration_s + 1.0))
-    return result.model_copy(update={"timing": timing, "control": control, "finished_utc": finished})
+    held = result.sustained
+    if held is not None:  # the new samples as one window
+        window = latency_windows([0] * len(samples), list(samples), 0, timing.timed_duration_s + 1.0)
+        held = held.model_copy(update={"windows": window, "p50_drift": None})
+    return result.model_copy(update={"timing": timing, "control": control, "finished_utc": finished, "sustained": held})
 
 
 def with_time_scaled(result: RunResult, factor: float) -> RunResult:
@@ -50,7 +55,17 @@ def with_time_scaled(result: RunResult, factor: float) -> RunResult:
     wall = (result.finished_utc - result.started_utc).total_seconds()
     finished = result.started_utc + timedelta(seconds=max(wall, changed.timed_duration_s + 1.0))
     control = control_verdict(changed.phases["e2e"], result.control.control_hz, result.control.execution_model())
-    return result.model_copy(update={"timing": changed, "control": control, "finished_utc": finished})
+    cold, held = result.cold_start, result.sustained
+    if cold is not None:
+        after_idle = cold.after_idle_ms and cold.after_idle_ms * factor
+        first_action = cold.prepare_s + changed.first_inference_ms / 1000
+        cold = cold.model_copy(update={"to_first_action_s": first_action, "after_idle_ms": after_idle})
+    if held is not None:
+        latencies = ("p50", "p99", "max")
+        windows = [w.model_copy(update={key: getattr(w, key) * factor for key in latencies}) for w in held.windows]
+        held = held.model_copy(update={"windows": windows})
+    update = {"timing": changed, "control": control, "finished_utc": finished, "cold_start": cold, "sustained": held}
+    return result.model_copy(update=update)
 
 
 def with_power(result: RunResult, factor: float, **energy) -> RunResult:

@@ -84,6 +84,18 @@ def triple_steps(document: dict) -> None:
         stats.update({key: stats[key] * 3 for key in STATS})
 
 
+def stages_beyond_preparation(document: dict) -> None:
+    document["cold_start"]["stages"]["load"] = {"seconds": document["cold_start"]["prepare_s"] * 3, "cached": False}
+
+
+def window_lost(document: dict) -> None:
+    document["sustained"]["windows"][0]["count"] += 7
+
+
+def window_slower_than_the_pass(document: dict) -> None:
+    document["sustained"]["windows"][0]["max"] = document["timing"]["phases"]["e2e"]["max"] * 5
+
+
 def scaled_samples(document: dict) -> None:
     document["timing"]["samples_ms"]["e2e"] = [v * 10 for v in document["timing"]["samples_ms"]["e2e"]]
 
@@ -102,6 +114,21 @@ IMPOSSIBLE: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("cost per action off by 100x", times(("cost", "usd_per_million_actions"), 100), "cost", "cost per action"),
     ("samples ten times their statistics", scaled_samples, "timing.samples_ms.e2e", "statistics of the samples"),
     ("energy per action not per inference", times(("energy", "joules_per_action"), 7), "energy", "energy per action"),
+    ("stages three times the preparation", stages_beyond_preparation, "cold_start.stages", "stages within"),
+    (
+        "first action before the first inference",
+        times(("cold_start", "to_first_action_s"), 0.01),
+        "cold_start",
+        "first",
+    ),
+    (
+        "a stage no backend has",
+        lambda d: d["cold_start"]["stages"].update(warp={"seconds": 0, "cached": False}),
+        "cold_start.stages",
+        "stages of a preparation",
+    ),
+    ("windows holding 7 inferences too many", window_lost, "sustained.windows", "windows of the pass"),
+    ("a window slower than the whole pass", window_slower_than_the_pass, "sustained.windows.0", "a window within"),
 ]
 
 

@@ -55,10 +55,10 @@ def test_cpu_target_is_refused_even_with_a_gpu(fake_tensorrt, monkeypatch):
 
 
 def test_prepare_refuses_before_exporting(without_tensorrt, monkeypatch):
-    def export_onnx(*args):
+    def timed_export(*args):
         raise AssertionError("prepare() exported although TensorRT is unavailable")
 
-    monkeypatch.setattr(tensorrt_backend, "export_onnx", export_onnx)
+    monkeypatch.setattr(tensorrt_backend, "timed_export", timed_export)
     spec = load_model_spec("smolvla-tiny")
     with pytest.raises(UnavailableError, match="pip install tensorrt"):
         TensorRtBackend().prepare(spec, Workload.from_spec(spec), CUDA, "fp32", seed=0)

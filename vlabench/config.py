@@ -10,7 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 SEED_LIMIT = 2**63
@@ -27,6 +37,11 @@ LIMITS: dict[str, tuple[float, float]] = {
     "seed": (0, SEED_LIMIT - 1),
     "threads": (1, 1024),
     "min_duration_s": (0.0, 86_400.0),
+    "max_duration_s": (0.1, 86_400.0),
+    "duration_s": (0.1, 604_800.0),
+    "window_s": (0.1, 86_400.0),
+    "idle_probe_s": (0.0, 3_600.0),
+    "sensor_period_s": (0.05, 600.0),
     "control_hz": (0.0, 1e6),
     "energy_window_s": (1.0, 600.0),
     "idle_window_s": (0.0, 600.0),
@@ -39,6 +54,9 @@ LIMITS: dict[str, tuple[float, float]] = {
 }
 """Field → (low, high), both inclusive unless the field is in :data:`OPEN_BELOW` (then ``low < value``); integer
 bounds for integer fields, float bounds for float fields."""
+TIMED_BY_COUNT = frozenset({"min_iterations", "min_duration_s", "max_iterations", "max_duration_s"})
+"""What stops an ordinary run; a sustained run (``duration_s``) stops at its duration instead (and refuses them set
+to anything but their defaults)."""
 OPEN_BELOW = frozenset({"control_hz", "idle_window_s", "tdp_w", "price_usd", "lifetime_years", "duty_cycle"})
 
 
@@ -90,9 +108,25 @@ class RunConfig(BaseModel):
         "actions_per_chunk", None, "chunked execution only; None: the model's default; at most the chunk"
     )
     warmup: StrictInt = bounded("warmup", 2)
-    min_iterations: StrictInt = bounded("min_iterations", 10)
+    min_iterations: StrictInt | None = bounded(
+        "min_iterations", None, "None: the count a 95% bound on the judged p99 needs (368), within max_duration_s"
+    )
     min_duration_s: StrictFloat = bounded("min_duration_s", 10.0)
     max_iterations: StrictInt = bounded("max_iterations", 1000, "at least min_iterations")
+    max_duration_s: StrictFloat = bounded(
+        "max_duration_s", 120.0, "timed seconds after which a run stops short of min_iterations (≥ min_duration_s)"
+    )
+    duration_s: StrictFloat | None = bounded(
+        "duration_s", None, "a sustained run: time for this long, whatever the iteration and duration settings"
+    )
+    window_s: StrictFloat = bounded("window_s", 10.0, "latency percentiles per window of this many seconds")
+    idle_probe_s: StrictFloat = bounded(
+        "idle_probe_s", 0.0, "idle this long after timing, then time one inference; 0: not measured"
+    )
+    sensor_period_s: StrictFloat = bounded("sensor_period_s", 1.0, "thermal, clock and throttle sensors' period")
+    preprocess: StrictBool = Field(
+        default=True, description="time the input pipeline (tokenize, resize, normalize) inside end-to-end"
+    )
     control_hz: StrictFloat = bounded("control_hz", 10.0)
     seed: StrictInt = bounded("seed", 0)
     threads: StrictInt | None = bounded("threads", None, "torch intra-op threads; None: torch's default")
@@ -142,6 +176,18 @@ class RunConfig(BaseModel):
         if low is not None and value < low:
             raise PydanticCustomError("max_below_min", f"{value} is below min_iterations {low}")
         return value
+
+    @model_validator(mode="after")
+    def _duration_alone(self) -> RunConfig:
+        fields = type(self).model_fields
+        changed = {name for name in TIMED_BY_COUNT if getattr(self, name) != fields[name].default}
+        clashing = sorted(changed) if self.duration_s is not None else []
+        if clashing:
+            flags = ", ".join("--" + name.removesuffix("_s").replace("_", "-") for name in clashing)
+            raise PydanticCustomError(
+                "duration_with_counts", f"--duration times for exactly that long; drop {flags} (they do not apply)"
+            )
+        return self
 
     @field_validator("idle_w")
     @classmethod

@@ -45,6 +45,7 @@ from vlabench.cli.options import (
 from vlabench.cli.views.console import markup_safe, notes, show, stderr, stdout, write_json
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, InvalidResultError, VlabenchError
+from vlabench.measure.stats import P99_BOUND_SAMPLES
 
 ProfilingOption = partial(typer.Option, rich_help_panel="Profiling")
 
@@ -76,14 +77,58 @@ def run(
     seed: SeedFlag = RUN_DEFAULTS.seed,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
     min_iterations: Annotated[
-        int, run_option("min_iterations", option=TimingOption, help="Minimum timed inferences.")
-    ] = RUN_DEFAULTS.min_iterations,
+        int | None,
+        run_option(
+            "min_iterations",
+            option=TimingOption,
+            help=contextual("Minimum timed inferences.", f"{P99_BOUND_SAMPLES}, enough to bound p99"),
+        ),
+    ] = None,
     min_duration_s: Annotated[
         float, run_option("min_duration_s", "--min-duration", option=TimingOption, help="Minimum timed seconds.")
     ] = RUN_DEFAULTS.min_duration_s,
     max_iterations: Annotated[
         int, run_option("max_iterations", option=TimingOption, help="Cap on timed inferences.")
     ] = RUN_DEFAULTS.max_iterations,
+    max_duration_s: Annotated[
+        float,
+        run_option(
+            "max_duration_s",
+            "--max-duration",
+            option=TimingOption,
+            help="Cap on timed seconds (stops short of --min-iterations).",
+        ),
+    ] = RUN_DEFAULTS.max_duration_s,
+    duration_s: Annotated[
+        float | None,
+        run_option(
+            "duration_s",
+            "--duration",
+            option=TimingOption,
+            help="Sustained run: time for exactly this many seconds (replaces the four settings above).",
+        ),
+    ] = None,
+    window_s: Annotated[
+        float, run_option("window_s", "--window", option=TimingOption, help="Latency percentiles per window, s.")
+    ] = RUN_DEFAULTS.window_s,
+    idle_probe_s: Annotated[
+        float,
+        run_option(
+            "idle_probe_s",
+            "--idle-probe",
+            option=TimingOption,
+            help="Idle this long after timing, then time one inference (0: not measured), s.",
+        ),
+    ] = RUN_DEFAULTS.idle_probe_s,
+    sensor_period_s: Annotated[
+        float,
+        run_option(
+            "sensor_period_s",
+            "--sensor-period",
+            option=TimingOption,
+            help="Thermal, clock and throttle sensors' period, s.",
+        ),
+    ] = RUN_DEFAULTS.sensor_period_s,
     threads: ThreadsFlag = None,
     control_hz: Annotated[
         float, run_option("control_hz", option=TimingOption, help="Robot control-rate target, Hz.")
@@ -315,7 +360,7 @@ def build_run_config(ctx: typer.Context) -> RunConfig:
     base = load_config_file(config) if config else RunConfig()
     given = given_for(ctx, RunConfig.model_fields)
     try:
-        return RunConfig.model_validate({**base.model_dump(), **given})
+        return RunConfig.model_validate({**base.model_dump(exclude_unset=True), **given})
     except ValidationError as exc:
         flags = run_flags(ctx)
         problems = "; ".join(

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vlabench.analysis.memory import estimate_footprint
 from vlabench.commands.run import RunPlan, prepare_checked, seeded_inputs
 from vlabench.commands.run_checks import plan_caveats
+from vlabench.commands.run_pass import iteration_cap
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.measure.action_loops import make_sampler
@@ -175,6 +176,6 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
 def at_precision(plan: RunPlan, precision: str) -> RunPlan:
     """``plan`` (planned at fp32, the largest footprint, for ``auto``) at ``precision``, one the backend declares."""
     config = plan.config.model_copy(update={"precision": precision})
-    footprint = estimate_footprint(plan.spec, plan.workload, precision, plan.backend.name, config.max_iterations)
+    footprint = estimate_footprint(plan.spec, plan.workload, precision, plan.backend.name, iteration_cap(config))
     caveats = plan_caveats(plan.device, precision)
     return replace(plan, config=config, precision=precision, footprint=footprint, caveats=caveats)

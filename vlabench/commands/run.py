@@ -14,6 +14,7 @@ from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
+from vlabench.commands.run_pass import iteration_cap, timed_pass
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, VlabenchError, unknown_name
@@ -22,15 +23,14 @@ from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_dev
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
 from vlabench.kernels.ceilings import measure_ceilings
 from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.cold_start import timed_preparation
 from vlabench.measure.correctness import compare, needs_reference, reference_actions
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.measure.timing import (
     Contender,
     Progress,
-    RunnerSettings,
     measure_energy,
-    measure_interleaved,
     plain_inference,
 )
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -38,6 +38,7 @@ from vlabench.models.workload import Workload, initial_noise, synthetic_observat
 from vlabench.optimizations.fidelity import action_error
 from vlabench.results.assemble import assemble_result, energy_result, execution_model
 from vlabench.results.schema import EnergyResult, Optimization, RunResult, write_result
+from vlabench.results.sustained import sustained
 from vlabench.telemetry.energy.external import read_power_log
 from vlabench.telemetry.energy.select import MeterChoice, choose_meter
 from vlabench.telemetry.system_state import sample_system_state
@@ -110,11 +111,11 @@ def plan_run(config: RunConfig) -> RunPlan:
     if precision not in backend.precisions(device.torch_device):
         supported = ", ".join(backend.precisions(device.torch_device))
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
-    footprint = estimate_footprint(spec, workload, precision, backend.name, config.max_iterations)
+    footprint = estimate_footprint(spec, workload, precision, backend.name, iteration_cap(config))
     check_fits(spec, footprint, device.torch_device, precision)
     reference = None
     if auto or needs_reference(backend.is_reference, precision):
-        reference = choose_reference(spec, workload, device.torch_device, config.max_iterations)
+        reference = choose_reference(spec, workload, device.torch_device, iteration_cap(config))
     meter = choose_meter(
         config.energy_meter, device.profile, detect_host(), config.energy_log, config.tdp_w, config.idle_w
     )
@@ -171,11 +172,13 @@ def reaches(backend: type[Backend], options: BackendOptions, profile: DeviceProf
 
 
 def prepare_checked(plan: RunPlan, backend: Backend | None = None) -> PreparedPolicy:
-    """``backend`` (default: the plan's) prepared for the plan; the runtime must report executing where the profile
-    says, so a mislabelled result is never written."""
-    policy = (backend or plan.backend).prepare(
-        plan.spec, plan.workload, plan.device.torch_device, plan.precision, plan.config.seed
+    """``backend`` (default: the plan's) prepared for the plan, its cold-start stages timed; the runtime must report
+    executing where the profile says, so a mislabelled result is never written."""
+    chosen = backend or plan.backend
+    policy, preparation = timed_preparation(
+        lambda: chosen.prepare(plan.spec, plan.workload, plan.device.torch_device, plan.precision, plan.config.seed)
     )
+    policy.preparation = preparation
     problem = mismatch(plan.engine, policy.executed_on())
     if problem:
         raise UnavailableError(f"{plan.backend.name} on {plan.device.profile.name}: {problem}; refusing the run")
@@ -290,8 +293,7 @@ def execute_many(
         )
         for index, plan in enumerate(plans)
     ]
-    settings = RunnerSettings(config.warmup, config.min_iterations, config.min_duration_s, config.max_iterations)
-    measurements = measure_interleaved(contenders, settings, progress)
+    measurements, series, began = timed_pass(contenders, config, target, progress)
     results = []
     for index, (plan, contender, measurement) in enumerate(zip(plans, contenders, measurements, strict=True)):
         correctness = None
@@ -303,7 +305,15 @@ def execute_many(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
             )
         energy = measure_plan_energy(plan, contender)
-        result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started)
+        trace = sustained(
+            measurement.iteration_starts_ns,
+            measurement.samples_ms["e2e"],
+            began,
+            config.window_s,
+            series,
+            config.sensor_period_s,
+        )
+        result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started, trace)
         result.optimization = optimizations[index]
         result.roofline = analyze(
             spec,

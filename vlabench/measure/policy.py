@@ -13,11 +13,14 @@ from typing import Any
 from torch import Tensor
 
 from vlabench.hardware.targets import ExecutionTarget
+from vlabench.measure.cold_start import Preparation
 from vlabench.models.replicas import Observation, PrefixCache
 
 
 class PreparedPolicy(ABC):
     """A model ready to run on one target. Phase 1 is ``embed_images`` + ``prefill``; phase 2 ``denoise_step``."""
+
+    preparation: Preparation | None = None  # how long preparing it took, stage by stage (set by whoever timed it)
 
     @abstractmethod
     def embed_images(self, obs: Observation) -> Tensor: ...

@@ -39,7 +39,7 @@ class Stats(BaseModel):
         upper = self.intervals.get("p99", (None, None))[1]
         if upper is not None:
             return upper, f"the upper end of p99's {CONFIDENCE:.0%} interval"
-        needed = samples_to_bound(0.99)
+        needed = P99_BOUND_SAMPLES
         return self.max, f"not enough samples for p99 ({self.count} of the {needed} a bound needs): the slowest sample"
 
 
@@ -73,6 +73,10 @@ def order_statistic_interval(sorted_ms: np.ndarray, q: float) -> tuple[float | N
 def samples_to_bound(q: float) -> int:
     """The fewest samples whose largest is a ``CONFIDENCE`` two-sided upper bound of the q-quantile."""
     return math.ceil(math.log((1 - CONFIDENCE) / 2) / math.log(q))
+
+
+P99_BOUND_SAMPLES = samples_to_bound(PERCENTILES["p99"])
+"""368: the fewest samples whose slowest bounds p99 at ``CONFIDENCE``; a run's default minimum count."""
 
 
 def summarize(samples_ms: list[float]) -> Stats:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -23,10 +24,14 @@ SETTLE_S = 1.0
 
 @dataclass(frozen=True)
 class RunnerSettings:
+    """A contender stops counting once it has ``min_iterations`` and ``min_duration_s`` of timed work, or at
+    ``max_iterations`` or ``max_duration_s``, whichever comes first."""
+
     warmup: int
     min_iterations: int
     min_duration_s: float
     max_iterations: int
+    max_duration_s: float = math.inf
 
 
 class SpanRecorder:
@@ -55,6 +60,8 @@ class Measurement:
     iterations: int
     timed_duration_s: float
     actions: Tensor = field(repr=False)
+    iteration_starts_ns: list[int] = field(default_factory=list, repr=False)  # on the perf_counter clock
+    after_idle_ms: float | None = None  # an inference after an idle period (``after_idle``), when probed
 
 
 def phased_inference(
@@ -114,9 +121,12 @@ def measure_interleaved(
     iterations = [0] * len(contenders)
     actions: list[Tensor | None] = [None] * len(contenders)
 
+    starts: list[list[int]] = [[] for _ in contenders]
+
     def done(i: int) -> bool:
-        enough = iterations[i] >= settings.min_iterations and timed_ns[i] / 1e9 >= settings.min_duration_s
-        return enough or iterations[i] >= settings.max_iterations
+        timed_s = timed_ns[i] / 1e9
+        enough = iterations[i] >= settings.min_iterations and timed_s >= settings.min_duration_s
+        return enough or iterations[i] >= settings.max_iterations or timed_s >= settings.max_duration_s
 
     while not all(done(i) for i in range(len(contenders))):
         for i, contender in enumerate(contenders):
@@ -125,6 +135,7 @@ def measure_interleaved(
             policy, sampler = contender.policy, contender.sampler
             obs, noise = contender.inputs[iterations[i] % len(contender.inputs)]
             begin = perf_counter_ns()
+            starts[i].append(begin)
             actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i])
             policy.synchronize()
             middle = perf_counter_ns()
@@ -144,6 +155,7 @@ def measure_interleaved(
             iterations=iterations[i],
             timed_duration_s=timed_ns[i] / 1e9,
             actions=actions[i],
+            iteration_starts_ns=starts[i],
         )
         for i in range(len(contenders))
     ]
@@ -161,7 +173,19 @@ def warm_up(contender: Contender, warmup: int) -> float:
 def _expected_iterations(settings: RunnerSettings, done: int, elapsed_ns: int) -> int:
     per_iteration_s = elapsed_ns / 1e9 / done
     by_duration = int(settings.min_duration_s / per_iteration_s) + 1 if per_iteration_s > 0 else done
-    return min(settings.max_iterations, max(settings.min_iterations, by_duration, done))
+    capped = per_iteration_s > 0 and math.isfinite(settings.max_duration_s)
+    by_cap = int(settings.max_duration_s / per_iteration_s) + 1 if capped else settings.max_iterations
+    return min(settings.max_iterations, by_cap, max(settings.min_iterations, by_duration, done))
+
+
+def after_idle(contender: Contender, idle_s: float) -> float:
+    """The end-to-end latency of one inference after ``idle_s`` seconds of nothing (caches cold, clocks down)."""
+    contender.policy.synchronize()
+    time.sleep(idle_s)
+    recorder = SpanRecorder(contender.policy.synchronize)
+    obs, noise = contender.inputs[0]
+    phased_inference(contender.policy, contender.sampler, obs, noise, recorder)
+    return recorder.samples_ms["e2e"][0]
 
 
 @dataclass

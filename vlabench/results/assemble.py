@@ -19,11 +19,12 @@ from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import ResolvedDevice
 from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
-from vlabench.measure.stats import NOISY_COV, Stats, summarize
+from vlabench.measure.stats import NOISY_COV, P99_BOUND_SAMPLES, Stats, summarize
 from vlabench.measure.timing import Contender, EnergyWindows, Measurement
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
 from vlabench.results.provenance import collect_provenance
+from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.results.schema import (
     ControlVerdict,
     DeviceInfo,
@@ -64,6 +65,7 @@ def assemble_result(
     correctness: Correctness | None,
     system_state: SystemState,
     started: datetime,
+    sustained: Sustained | None = None,
 ) -> RunResult:
     config, spec, workload = plan.config, plan.spec, plan.workload
     target = plan.device.torch_device
@@ -131,8 +133,16 @@ def assemble_result(
             peak_rss_bytes=peak_rss_bytes(),
             cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None,
         ),
-        warnings=[*plan.caveats, *measurement_warnings(phases, config, measurement, system_state, correctness)],
+        warnings=[
+            *plan.caveats,
+            *measurement_warnings(phases, config, measurement, system_state, correctness),
+            *sustained_warnings(sustained),
+        ],
         system_state=system_state,
+        cold_start=cold_start(
+            contender.policy.preparation, timing.first_inference_ms, config.idle_probe_s, measurement.after_idle_ms
+        ),
+        sustained=sustained,
         provenance=collect_provenance(host, torch.get_num_threads()),
     )
 
@@ -222,10 +232,34 @@ def measurement_warnings(
             f"other processes kept the CPUs {system.background_cpu_percent:.0f}% busy before the run started; "
             "close them for reproducible timings"
         )
+    if config.duration_s is not None:
+        return warnings
     if measurement.iterations >= config.max_iterations and measurement.timed_duration_s < config.min_duration_s:
         warnings.append(
             f"stopped at --max-iterations {config.max_iterations} after {measurement.timed_duration_s:.1f} s, "
             f"before the {config.min_duration_s:g} s minimum duration"
+        )
+    wanted = config.min_iterations or min(P99_BOUND_SAMPLES, config.max_iterations)
+    if measurement.iterations < wanted and measurement.timed_duration_s >= config.max_duration_s:
+        warnings.append(
+            f"stopped at --max-duration {config.max_duration_s:g} s after {measurement.iterations} of the "
+            f"{wanted} inferences asked for"
+            + (" (the count a bound on p99 needs)" if config.min_iterations is None else "")
+        )
+    return warnings
+
+
+def sustained_warnings(sustained: Sustained | None) -> list[str]:
+    """Latency that drifted from the first window to the last, and what the sensors say throttled."""
+    if sustained is None:
+        return []
+    warnings = [f"throttling during the timed pass: {change}" for change in sustained.throttling]
+    drift = sustained.p50_drift
+    if drift is not None and abs(drift) > DRIFT_WARNING:
+        windows = full_windows(sustained.windows)
+        warnings.append(
+            f"end-to-end p50 drifted {drift:+.1%} from the first {sustained.window_s:g} s window "
+            f"({windows[0].p50:.2f} ms) to the last ({windows[-1].p50:.2f} ms)"
         )
     return warnings
 

@@ -34,6 +34,13 @@ class DocumentProblem(NamedTuple):
         return self.message if self.field.startswith("<") else f"{self.field} {self.message}"
 
 
+class Stored(BaseModel):
+    """A block of an artifact: non-finite floats are written as "NaN"/"Infinity" strings and read back as floats
+    (pydantic's default writes null, which loses the value and no longer loads)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
+
 class ArtifactHeader(BaseModel):
     """Fields shared by every artifact; subclasses narrow ``kind`` to a ``Literal`` and give ``schema_version`` a
     default (and may narrow ``model``/``device`` or make a field required).

@@ -14,6 +14,7 @@ from typing import Any
 from vlabench.analysis.cet import gate
 from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
+from vlabench.measure.cold_start import STAGES
 from vlabench.measure.stats import Stats
 
 Problems = list[tuple[str, str]]
@@ -48,6 +49,8 @@ def relation_problems(result: RunResult) -> Problems:
         *_memory_relations(result),
         *_control_relations(result),
         *_cost_relations(result),
+        *_cold_start_relations(result),
+        *_window_relations(result),
     ]
 
 
@@ -261,3 +264,77 @@ def _cost_relations(result: RunResult) -> Problems:
             f"{cost.usd_per_robot_hour:g} $/h over {cost.actions_per_robot_hour:g} actions/h is {expected:g} $",
         )
     ]
+
+
+def _cold_start_relations(result: RunResult) -> Problems:
+    """The stages are disjoint parts of the preparation; the first action comes after it and the first inference;
+    every time is finite and ≥ 0; an idle probe records its idle period and its latency together."""
+    cold = result.cold_start
+    if cold is None:
+        return []
+    found = [
+        (f"cold_start.{field}", f"a time: {value:g} s is not finite and ≥ 0")
+        for field, value in [("prepare_s", cold.prepare_s), ("to_first_action_s", cold.to_first_action_s)]
+        + [(f"stages.{name}.seconds", stage.seconds) for name, stage in cold.stages.items()]
+        if not (math.isfinite(value) and value >= 0)
+    ]
+    if found:
+        return found
+    unknown = sorted(set(cold.stages) - set(STAGES))
+    if unknown:
+        found.append(("cold_start.stages", f"stages of a preparation: {', '.join(unknown)} is none of {', '.join(STAGES)}"))
+    total = sum(stage.seconds for stage in cold.stages.values())
+    if total > cold.prepare_s * (1 + RELATIVE) + ABSOLUTE_MS / 1000:
+        found.append(
+            (
+                "cold_start.stages",
+                f"stages within the preparation: they sum to {total:g} s, more than the {cold.prepare_s:g} s "
+                "preparation that contains them",
+            )
+        )
+    expected = cold.prepare_s + result.timing.first_inference_ms / 1000
+    if not _close(cold.to_first_action_s, expected, ABSOLUTE_MS / 1000):
+        found.append(
+            (
+                "cold_start.to_first_action_s",
+                f"first action = preparation + first inference: {cold.to_first_action_s:g} s recorded, "
+                f"{cold.prepare_s:g} s + {result.timing.first_inference_ms:g} ms is {expected:g} s",
+            )
+        )
+    probed = [cold.idle_s is not None, cold.after_idle_ms is not None]
+    if any(probed) and not all(probed):
+        found.append(("cold_start.after_idle_ms", "an idle probe records its idle period and its latency together"))
+    elif all(probed) and not (cold.idle_s >= 0 and math.isfinite(cold.after_idle_ms) and cold.after_idle_ms > 0):
+        found.append(("cold_start.after_idle_ms", f"{cold.after_idle_ms:g} ms after {cold.idle_s:g} s idle: impossible"))
+    return found
+
+
+def _window_relations(result: RunResult) -> Problems:
+    """The windows partition the timed end-to-end inferences: their counts sum to the iterations, each window's
+    percentiles are ordered and lie within the whole pass's min..max; windows and sensor readings run forward."""
+    held, e2e = result.sustained, result.timing.phases.get("e2e")
+    if held is None or e2e is None:
+        return []
+    found = []
+    counted = sum(window.count for window in held.windows)
+    if counted != e2e.count:
+        found.append(
+            ("sustained.windows", f"windows of the pass: they hold {counted} inferences, the pass {e2e.count}")
+        )
+    slack = 1e-9 * e2e.max + 1e-9
+    for index, window in enumerate(held.windows):
+        values = (e2e.min, window.p50, window.p99, window.max, e2e.max)
+        if not all(map(math.isfinite, values)) or any(a > b + slack for a, b in zip(values, values[1:])):
+            found.append(
+                (
+                    f"sustained.windows.{index}",
+                    f"a window within the pass: p50 {window.p50:g} ≤ p99 {window.p99:g} ≤ max {window.max:g} ms "
+                    f"must lie in the pass's {e2e.min:g}..{e2e.max:g} ms",
+                )
+            )
+            break
+    starts = [window.start_s for window in held.windows] + [sample.t_s for sample in held.sensors]
+    times = [window.start_s for window in held.windows], [sample.t_s for sample in held.sensors]
+    if not all(map(math.isfinite, starts)) or any(a > b for series in times for a, b in zip(series, series[1:])):
+        found.append(("sustained", "time runs forward: windows and sensor readings must be in time order"))
+    return found

@@ -7,7 +7,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
 from vlabench.analysis.cet import CostReport
 from vlabench.analysis.roofline import RooflineReport
@@ -22,10 +22,11 @@ from vlabench.measure.stats import Stats
 from vlabench.models.workload import Workload
 from vlabench.optimizations.fidelity import ActionError
 from vlabench.results.control import ControlVerdict, legacy_control
-from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader
+from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader, Stored
 from vlabench.results.provenance import Provenance
 from vlabench.results.relations import Problems, relation_problems
 from vlabench.results.store import read_json, validate_artifact
+from vlabench.results.sustained import ColdStart, Sustained
 from vlabench.telemetry.system_state import SystemState
 
 MIN_LATENCY_MS = 1e-3
@@ -33,20 +34,14 @@ MIN_LATENCY_MS = 1e-3
 MAX_LATENCY_MS = 86_400_000.0
 """One day: a longer inference is no measurement."""
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
 verdict under an execution model (``ControlVerdict``), usable device memory; older control blocks are re-gated on
 reading (``legacy_control``). 1.3: each percentile's 95% confidence interval (``Stats.intervals``); the gate judges
-the upper end of p99's (``ControlVerdict.judged_on``); 1.2 files, without intervals, keep their point p99."""
-READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", SCHEMA_VERSION)
+the upper end of p99's (``ControlVerdict.judged_on``); 1.2 files, without intervals, keep their point p99. 1.4: the
+cold start (``ColdStart``), latency per window and the sensors' trace (``Sustained``), the input pipeline's phase."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", "1.3", SCHEMA_VERSION)
 GATE_FAILED = "failed the correctness gate"
-
-
-class Stored(BaseModel):
-    """A block of the result file: non-finite floats are written as "NaN"/"Infinity" strings and read back as
-    floats (pydantic's default writes null, which loses the value and no longer loads)."""
-
-    model_config = ConfigDict(ser_json_inf_nan="strings")
 
 
 class ModelInfo(Stored):
@@ -179,6 +174,10 @@ class RunResult(ArtifactHeader):
     )
     roofline: RooflineReport | None = Field(
         default=None, description="analytic FLOPs/bytes per phase against the ceilings, achieved from measured p50"
+    )
+    cold_start: ColdStart | None = Field(default=None, description="preparation stage by stage (None before 1.4)")
+    sustained: Sustained | None = Field(
+        default=None, description="latency per window and the sensors through the pass (None before 1.4)"
     )
 
     READABLE_SCHEMAS: ClassVar[tuple[str, ...] | None] = READABLE_SCHEMA_VERSIONS

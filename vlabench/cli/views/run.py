@@ -13,12 +13,26 @@ from rich.text import Text
 from vlabench.analysis.cet import feasibility
 from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
+from vlabench.config import RunConfig
+from vlabench.measure.stats import P99_BOUND_SAMPLES
 from vlabench.results.assemble import execution_model
 from vlabench.results.schema import RunResult
+from vlabench.results.sustained import full_windows
 from vlabench.vocab import Phase
 
 GIB = 1024**3
 PROGRESS_AFTER_S = 3.0
+
+
+def timing_plan(c: RunConfig) -> str:
+    """When the timed pass stops, as the run will apply it."""
+    if c.duration_s is not None:
+        return f"sustained for {c.duration_s:g} s (percentiles per {c.window_s:g} s window)"
+    count = c.min_iterations or f"{min(P99_BOUND_SAMPLES, c.max_iterations)} (enough to bound p99)"
+    return (
+        f"≥ {count} inferences and ≥ {c.min_duration_s:g} s (caps: {c.max_iterations} inferences, "
+        f"{c.max_duration_s:g} s)"
+    )
 
 
 def plan_summary(plans: list[RunPlan]) -> Text:
@@ -32,8 +46,7 @@ def plan_summary(plans: list[RunPlan]) -> Text:
         f"backend    {backends}" + (", interleaved in one process" if len(plans) > 1 else ""),
         f"workload   {w.cameras} camera(s) × {plan.spec.tokens_per_camera} tokens, {w.prefix_tokens} prefix "
         f"tokens, {w.steps} denoising steps, chunk {w.chunk}",
-        f"timing     {c.warmup} warm-up, then ≥ {c.min_iterations} inferences and ≥ {c.min_duration_s:g} s "
-        f"(cap {c.max_iterations}); control target {c.control_hz:g} Hz judged on p99, "
+        f"timing     {c.warmup} warm-up, then {timing_plan(c)}; control target {c.control_hz:g} Hz judged on p99, "
         f"execution {execution_model(c, w).label()}",
         f"memory     ≈ {plan.footprint.total_bytes / GIB:.2f} GiB estimated",
         *reference_plan(plans),
@@ -99,19 +112,62 @@ def result_tables(result: RunResult) -> list[Any]:
         f", CUDA max allocated {result.memory.cuda_max_allocated_bytes / GIB:.2f} GiB"
         if result.memory.cuda_max_allocated_bytes is not None
         else "",
-        f"; first inference {timing.first_inference_ms:.1f} ms",
     )
     return [
         table,
         Group(
             control_line(result),
             memory,
+            cold_start_line(result),
+            *sustained_lines(result),
             correctness_line(result),
             *optimization_lines(result),
             *cet_lines(result),
             *warning_lines(result.warnings),
         ),
     ]
+
+
+def cold_start_line(result: RunResult) -> Text:
+    """Preparation stage by stage, the first inference, and the one after an idle period when probed."""
+    first = f"first inference {result.timing.first_inference_ms:.1f} ms"
+    cold = result.cold_start
+    if cold is None:
+        return Text(f"cold start {first}")
+    stages = ", ".join(
+        f"{name.replace('_', ' ')} {stage.seconds:.2f} s" + (" (cached)" if stage.cached else "")
+        for name, stage in cold.stages.items()
+    )
+    idle = f"; after {cold.idle_s:g} s idle {cold.after_idle_ms:.1f} ms" if cold.after_idle_ms is not None else ""
+    return Text(
+        f"cold start first action after {cold.to_first_action_s:.2f} s: prepared in {cold.prepare_s:.2f} s"
+        + (f" ({stages})" if stages else "")
+        + f", {first}{idle}"
+    )
+
+
+def sustained_lines(result: RunResult) -> list[Text]:
+    """Latency from the first window to the last, and what the sensors saw."""
+    held = result.sustained
+    if held is None or not held.windows:
+        return []
+    full = full_windows(held.windows) or held.windows
+    first, last = full[0], full[-1]
+    drift = f" ({held.p50_drift:+.1%})" if held.p50_drift is not None else ""
+    lines = [
+        Text(
+            f"sustained  {len(held.windows)} window(s) of {held.window_s:g} s; full ones' p50 {first.p50:.2f} → "
+            f"{last.p50:.2f} ms"
+            f"{drift}, p99 {first.p99:.2f} → {last.p99:.2f} ms"
+        )
+    ]
+    if held.sensors:
+        end = held.sensors[-1].values
+        shown = [f"{name} {value:.0f} MHz" for name, value in end.get("clock_mhz", {}).items()][:3]
+        shown += [f"{name} {value:.0f} °C" for name, value in end.get("temperature_c", {}).items()][:3]
+        seen = "; ".join(held.throttling) if held.throttling else "no throttling seen"
+        lines.append(Text(f"sensors    {', '.join(shown) or 'none readable here'}; {seen}"))
+    return lines
 
 
 def control_line(result: RunResult) -> Group:
