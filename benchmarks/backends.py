@@ -375,6 +375,7 @@ def main() -> None:
         min_duration_s=args.min_duration,
         energy_meter="none",
         measure_ceilings=False,  # measured once, below, for every variant
+        preprocess=False,  # the model alone: the input pipeline is the same for every variant
         out=args.out,
     )
     check_paths(base)

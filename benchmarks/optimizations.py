@@ -203,6 +203,7 @@ def main() -> None:
                 min_duration_s=args.min_duration,
                 energy_meter="none",
                 measure_ceilings=False,
+                preprocess=False,  # the action expert's optimizations, without the input pipeline they share
                 out=out,
             )
             for backend in args.backends.split(","):

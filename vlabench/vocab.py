@@ -32,17 +32,31 @@ class Phase:
     """The phases a model's operators belong to (FLOPs, bytes, roofline rows)."""
     SUMMARY = ("vision", "prefill", "denoise_step", "action", "e2e")
     """The phases every table, roofline and profile summary shows."""
-    RECORDED = ("vision", "prefill", "prefix", "denoise_step", "action", "e2e", "e2e_unsynced")
-    """The phases a run result's timing holds."""
+    RECORDED = (
+        "preprocess",
+        "vision",
+        "prefill",
+        "prefix",
+        "denoise_step",
+        "action",
+        "postprocess",
+        "e2e",
+        "e2e_unsynced",
+    )
+    """The phases a run result's timing holds (pre- and postprocessing when the input pipeline is timed)."""
+    PIPELINE = ("preprocess", "postprocess")
+    """The input pipeline's phases, around the model's inside end-to-end."""
     END_TO_END_PARTS = ("vision", "prefill", "action")
     """The phases whose sum is one inference."""
 
     LABELS: ClassVar[dict[str, str]] = {
+        "preprocess": "preprocess (tokenize, resize, normalize)",
         "vision": "vision encoder",
         "prefill": "VLM prefill",
         "prefix": "prefix (vision + prefill)",
         "denoise_step": "denoise step (each)",
         "action": "action expert (all steps)",
+        "postprocess": "postprocess (unnormalize actions)",
         "e2e": "end-to-end",
         "e2e_unsynced": "end-to-end, no inner sync",
     }

@@ -129,6 +129,14 @@ def run(
             help="Thermal, clock and throttle sensors' period, s.",
         ),
     ] = RUN_DEFAULTS.sensor_period_s,
+    preprocess: Annotated[
+        bool,
+        TimingOption(
+            "--preprocess/--no-preprocess",
+            help="Time the input pipeline (tokenize, resize and normalize camera frames, normalize the state; "
+            "unnormalize the actions) inside end-to-end, as a deployed policy runs it.",
+        ),
+    ] = RUN_DEFAULTS.preprocess,
     threads: ThreadsFlag = None,
     control_hz: Annotated[
         float, run_option("control_hz", option=TimingOption, help="Robot control-rate target, Hz.")

@@ -27,12 +27,8 @@ from vlabench.measure.cold_start import timed_preparation
 from vlabench.measure.correctness import compare, needs_reference, reference_actions
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
 from vlabench.measure.policy import PreparedPolicy
-from vlabench.measure.timing import (
-    Contender,
-    Progress,
-    measure_energy,
-    plain_inference,
-)
+from vlabench.measure.timing import Contender, Pipelined, Progress, measure_energy, plain_inference
+from vlabench.models.input_pipeline import InputPipeline, raw_observation
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
@@ -290,6 +286,7 @@ def execute_many(
             (prepared or {}).get(index) or prepare_checked(plan),
             make_sampler(plan.spec, workload, target, plan.schedule),
             seeded_inputs(plan, plan.precision),
+            pipelined_inputs(plan) if config.preprocess else (),
         )
         for index, plan in enumerate(plans)
     ]
@@ -382,14 +379,20 @@ def seeded_inputs(plan: RunPlan, precision: str) -> list[tuple]:
     ]
 
 
+def pipelined_inputs(plan: RunPlan) -> list[Pipelined]:
+    """Seeded raw observations (camera frames, an instruction, a state in robot units) and the model's input
+    pipeline on the target, one per seeded input."""
+    config, dtype = plan.config, Precision.dtype(plan.precision)
+    pipeline = InputPipeline(plan.spec, plan.workload, config.seed, dtype, plan.device.torch_device)
+    return [Pipelined(pipeline, raw_observation(plan.workload, config.seed + i)) for i in range(INPUT_VARIANTS)]
+
+
 def measure_plan_energy(plan: RunPlan, contender: Contender) -> EnergyResult | None:
     meter, config = plan.meter.meter, plan.config
     if meter is None:
         return None
     try:
-        windows = measure_energy(
-            contender.policy, contender.sampler, contender.inputs, meter, config.energy_window_s, config.idle_window_s
-        )
+        windows = measure_energy(contender, meter, config.energy_window_s, config.idle_window_s)
     finally:
         meter.close()
     actions = execution_model(plan.config, plan.workload).actions_per_inference

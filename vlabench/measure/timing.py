@@ -14,6 +14,7 @@ from torch import Tensor
 
 from vlabench.measure.action_loops import ActionLoop
 from vlabench.measure.policy import PreparedPolicy
+from vlabench.models.input_pipeline import InputPipeline, RawObservation
 from vlabench.models.replicas import Observation
 from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading
 from vlabench.vocab import Phase
@@ -64,11 +65,29 @@ class Measurement:
     after_idle_ms: float | None = None  # an inference after an idle period (``after_idle``), when probed
 
 
+@dataclass(frozen=True)
+class Pipelined:
+    """The input pipeline around an inference, and the raw observation it starts from."""
+
+    pipeline: InputPipeline
+    raw: RawObservation
+
+
 def phased_inference(
-    policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor, recorder: SpanRecorder
+    policy: PreparedPolicy,
+    sampler: ActionLoop,
+    obs: Observation,
+    noise: Tensor,
+    recorder: SpanRecorder,
+    pipelined: Pipelined | None = None,
 ) -> Tensor:
-    """One inference with a synchronized span around every phase and every denoising step."""
+    """One inference with a synchronized span around every phase and every denoising step; with ``pipelined``, the
+    observation is preprocessed from its raw form first and the actions postprocessed after, each its own span.
+    Returns the model's actions (before postprocessing)."""
     with recorder.span("e2e"):
+        if pipelined is not None:
+            with recorder.span("preprocess"):
+                obs = pipelined.pipeline.preprocess(pipelined.raw)
         with recorder.span("prefix"):
             with recorder.span("vision"):
                 image_tokens = policy.embed_images(obs)
@@ -77,24 +96,44 @@ def phased_inference(
         with recorder.span("action"):
             fused = policy.fused_loop()
             if fused is not None:
-                return fused(cache, noise)
-            return sampler.sample(policy, cache, noise, lambda i: recorder.span(Phase.step_span(i)))
+                actions = fused(cache, noise)
+            else:
+                actions = sampler.sample(policy, cache, noise, lambda i: recorder.span(Phase.step_span(i)))
+        if pipelined is not None:
+            with recorder.span("postprocess"):
+                pipelined.pipeline.postprocess(actions)
+    return actions
 
 
-def plain_inference(policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor) -> Tensor:
-    """One inference with no synchronization inside; the caller synchronizes once at the end."""
+def plain_inference(
+    policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor, pipelined: Pipelined | None = None
+) -> Tensor:
+    """One inference with no synchronization inside (the caller synchronizes once at the end); with ``pipelined``,
+    pre- and postprocessing around it. Returns the model's actions (before postprocessing)."""
+    if pipelined is not None:
+        obs = pipelined.pipeline.preprocess(pipelined.raw)
     fused = policy.fused_loop()
     cache = policy.prefix(obs)
-    return fused(cache, noise) if fused is not None else sampler.sample(policy, cache, noise)
+    actions = fused(cache, noise) if fused is not None else sampler.sample(policy, cache, noise)
+    if pipelined is not None:
+        pipelined.pipeline.postprocess(actions)
+    return actions
 
 
 @dataclass
 class Contender:
-    """One prepared policy with its sampler and its inputs (already on its target, in its dtype)."""
+    """One prepared policy with its sampler and its inputs (already on its target, in its dtype); with
+    ``pipelined``, one raw observation per input that every timed inference is preprocessed from."""
 
     policy: PreparedPolicy
     sampler: ActionLoop
     inputs: Sequence[tuple[Observation, Tensor]]
+    pipelined: Sequence[Pipelined] = ()
+
+    def example(self, index: int) -> tuple[Observation, Tensor, Pipelined | None]:
+        """Input ``index`` (cycled): its observation, its noise and, when the pipeline is timed, its raw form."""
+        obs, noise = self.inputs[index % len(self.inputs)]
+        return obs, noise, self.pipelined[index % len(self.pipelined)] if self.pipelined else None
 
 
 def measure(
@@ -133,13 +172,13 @@ def measure_interleaved(
             if done(i):
                 continue
             policy, sampler = contender.policy, contender.sampler
-            obs, noise = contender.inputs[iterations[i] % len(contender.inputs)]
+            obs, noise, pipelined = contender.example(iterations[i])
             begin = perf_counter_ns()
             starts[i].append(begin)
-            actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i])
+            actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i], pipelined)
             policy.synchronize()
             middle = perf_counter_ns()
-            plain_inference(policy, sampler, obs, noise)
+            plain_inference(policy, sampler, obs, noise, pipelined)
             policy.synchronize()
             end = perf_counter_ns()
             unsynced[i].append((end - middle) / 1e6)
@@ -165,8 +204,8 @@ def warm_up(contender: Contender, warmup: int) -> float:
     """Untimed inferences (at least one); returns the first one's latency."""
     recorder = SpanRecorder(contender.policy.synchronize)
     for index in range(max(warmup, 1)):
-        obs, noise = contender.inputs[index % len(contender.inputs)]
-        phased_inference(contender.policy, contender.sampler, obs, noise, recorder)
+        obs, noise, pipelined = contender.example(index)
+        phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
     return recorder.samples_ms["e2e"][0]
 
 
@@ -183,8 +222,8 @@ def after_idle(contender: Contender, idle_s: float) -> float:
     contender.policy.synchronize()
     time.sleep(idle_s)
     recorder = SpanRecorder(contender.policy.synchronize)
-    obs, noise = contender.inputs[0]
-    phased_inference(contender.policy, contender.sampler, obs, noise, recorder)
+    obs, noise, pipelined = contender.example(0)
+    phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
     return recorder.samples_ms["e2e"][0]
 
 
@@ -195,16 +234,11 @@ class EnergyWindows:
     iterations: int
 
 
-def measure_energy(
-    policy: PreparedPolicy,
-    sampler: ActionLoop,
-    inputs: Sequence[tuple[Observation, Tensor]],
-    meter: EnergyMeter,
-    window_s: float,
-    idle_s: float,
-) -> EnergyWindows:
+def measure_energy(contender: Contender, meter: EnergyMeter, window_s: float, idle_s: float) -> EnergyWindows:
     """A pass of its own (no profiler, no phase spans): after a settling pause so clocks and averaged sensors leave
-    the timing pass behind, idle power first, then whole inferences for ≥ window_s."""
+    the timing pass behind, idle power first, then whole inferences (with the input pipeline when it is timed) for
+    ≥ window_s."""
+    policy = contender.policy
     policy.synchronize()
     time.sleep(SETTLE_S)
     meter.start()
@@ -214,8 +248,7 @@ def measure_energy(
     meter.start()
     started = perf_counter_ns()
     while iterations == 0 or (perf_counter_ns() - started) / 1e9 < window_s:
-        obs, noise = inputs[iterations % len(inputs)]
-        plain_inference(policy, sampler, obs, noise)
+        plain_inference(policy, contender.sampler, *contender.example(iterations))
         policy.synchronize()
         iterations += 1
     return EnergyWindows(idle=idle, busy=meter.stop(), iterations=iterations)

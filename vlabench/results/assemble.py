@@ -276,5 +276,6 @@ def config_hash(plan: PlannedRun) -> str:
         "threads": plan.config.threads,
         "dp_cache": plan.schedule.computed if plan.schedule else None,
         "fuse_expert_kv": plan.config.fuse_expert_kv,
+        "preprocess": plan.config.preprocess,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

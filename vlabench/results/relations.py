@@ -63,7 +63,7 @@ def _phase_relations(result: RunResult) -> Problems:
     statistics keep that); the prefix is vision + prefill; the action phase holds its steps."""
     phases, found = result.timing.phases, []
     e2e = phases.get("e2e")
-    for name in ("vision", "prefill", "prefix", "action"):
+    for name in ("preprocess", "vision", "prefill", "prefix", "action", "postprocess"):
         part = phases.get(name)
         if e2e is None or part is None or part.count != e2e.count:
             continue

@@ -184,6 +184,15 @@ class RunResult(ArtifactHeader):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_pipeline_before_1_4(cls, data: Any) -> Any:
+        """Files older than 1.4 timed no input pipeline: their config says so."""
+        config = data.get("config") if isinstance(data, dict) else None
+        if isinstance(config, dict) and "preprocess" not in config:
+            return {**data, "config": {**config, "preprocess": False}}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _regate_older_files(cls, data: Any) -> Any:
         """Files older than 1.2: the control block re-gated (``legacy_control``), the config's execution set."""
         if not isinstance(data, dict) or not isinstance(data.get("control"), dict) or "execution" in data["control"]:

@@ -95,7 +95,7 @@ def result_tables(result: RunResult) -> list[Any]:
         if name not in timing.phases:
             continue
         stats = timing.phases[name]
-        share = f"{stats.p50 / e2e:.0%}" if name in Phase.END_TO_END_PARTS else ""
+        share = f"{stats.p50 / e2e:.0%}" if name in (*Phase.END_TO_END_PARTS, *Phase.PIPELINE) else ""
         cov = Text(f"{stats.cov:.1%}", style="yellow" if stats.cov > 0.05 else "")
         table.add_row(
             label,
