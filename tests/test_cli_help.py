@@ -53,7 +53,7 @@ def option_line(text: str, flag: str) -> str:
 
 def test_run_help_shows_value_and_contextual_defaults():
     text = help_text(("run",))
-    assert "[default: 368, enough to bound p99]" in option_line(text, "--min-iterations")
+    assert "[default: 368]" in option_line(text, "--min-iterations")
     assert "[default: 10.0]" in option_line(text, "--control-hz")
     assert "[default: smolvla]" in option_line(text, "--model")
     assert "[default: the model's]" in option_line(text, "--cameras")

@@ -81,7 +81,7 @@ def run(
         run_option(
             "min_iterations",
             option=TimingOption,
-            help=contextual("Minimum timed inferences.", f"{P99_BOUND_SAMPLES}, enough to bound p99"),
+            help=contextual("Minimum timed inferences.", str(P99_BOUND_SAMPLES)),
         ),
     ] = None,
     min_duration_s: Annotated[
@@ -372,7 +372,7 @@ def build_run_config(ctx: typer.Context) -> RunConfig:
     except ValidationError as exc:
         flags = run_flags(ctx)
         problems = "; ".join(
-            f"{flags.get(str(error['loc'][0]), error['loc'][0]) if error['loc'] else 'options'}: {error['msg']}"
+            f"{flags.get(str(error['loc'][0]), error['loc'][0])}: {error['msg']}" if error["loc"] else error["msg"]
             for error in exc.errors()
         )
         raise InputError(f"invalid option: {problems}") from None

@@ -233,6 +233,11 @@ def measurement_warnings(
             "close them for reproducible timings"
         )
     if config.duration_s is not None:
+        if measurement.timed_duration_s < config.duration_s:
+            warnings.append(
+                f"stopped at the sustained run's cap of {measurement.iterations} inferences after "
+                f"{measurement.timed_duration_s:.1f} s, before its {config.duration_s:g} s duration"
+            )
         return warnings
     if measurement.iterations >= config.max_iterations and measurement.timed_duration_s < config.min_duration_s:
         warnings.append(
@@ -240,9 +245,11 @@ def measurement_warnings(
             f"before the {config.min_duration_s:g} s minimum duration"
         )
     wanted = config.min_iterations or min(P99_BOUND_SAMPLES, config.max_iterations)
-    if measurement.iterations < wanted and measurement.timed_duration_s >= config.max_duration_s:
+    cap_s = max(config.max_duration_s, config.min_duration_s)
+    if measurement.iterations < wanted and measurement.timed_duration_s >= cap_s:
         warnings.append(
-            f"stopped at --max-duration {config.max_duration_s:g} s after {measurement.iterations} of the "
+            f"stopped at {cap_s:g} s of timed work (--max-duration, at least --min-duration) after "
+            f"{measurement.iterations} of the "
             f"{wanted} inferences asked for"
             + (" (the count a bound on p99 needs)" if config.min_iterations is None else "")
         )

@@ -89,16 +89,17 @@ class Sustained(Stored):
 def latency_windows(starts_ns: list[int], samples_ms: list[float], began_ns: int, window_s: float) -> list[LatencyWindow]:
     """The inferences grouped by the window their start falls in; windows without one are left out."""
     grouped: dict[int, list[float]] = defaultdict(list)
+    window_ns = max(1, round(window_s * 1e9))
     for start, latency in zip(starts_ns, samples_ms, strict=True):
-        grouped[int((start - began_ns) / 1e9 // window_s)].append(latency)
+        grouped[(start - began_ns) // window_ns].append(latency)
     windows = []
     for index in sorted(grouped):
         values = np.asarray(grouped[index])
         p50, p99 = (float(v) for v in np.percentile(values, [50, 99]))
         windows.append(
             LatencyWindow(
-                start_s=index * window_s,
-                end_s=(index + 1) * window_s,
+                start_s=round(index * window_ns / 1e9, 9),
+                end_s=round((index + 1) * window_ns / 1e9, 9),
                 count=values.size,
                 p50=p50,
                 p99=p99,
