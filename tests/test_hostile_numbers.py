@@ -33,6 +33,11 @@ INT_FIELDS = sorted(name for name, (_, high) in LIMITS.items() if isinstance(hig
 RUN_FLAGS = {name: "--" + name.replace("_", "-") for name in LIMITS}
 RUN_FLAGS |= {
     "min_duration_s": "--min-duration",
+    "max_duration_s": "--max-duration",
+    "duration_s": "--duration",
+    "window_s": "--window",
+    "idle_probe_s": "--idle-probe",
+    "sensor_period_s": "--sensor-period",
     "energy_window_s": "--energy-window",
     "idle_window_s": "--idle-window",
 }

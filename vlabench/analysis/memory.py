@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from vlabench.errors import InsufficientMemoryError
+from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.replicas import count_parameters, replica_class
 from vlabench.models.specs import DecoderSpec, FlowVLASpec, ModelSpec
 from vlabench.models.workload import Workload
@@ -64,17 +65,25 @@ class Footprint(BaseModel):
 
 
 def estimate_footprint(
-    spec: ModelSpec, workload: Workload, precision: str, backend: str = "torch", iterations: int = 1000
+    spec: ModelSpec,
+    workload: Workload,
+    precision: str,
+    backend: str = "torch",
+    iterations: int = 1000,
+    preprocess: bool = False,
 ) -> Footprint:
-    """Every shape-dependent buffer of a run of ``backend`` with up to ``iterations`` timed inferences (see the
-    module docstring). Flow-matching VLAs are counted analytically; the other families from their traced operators
-    (twice the largest one's activations), unless the inputs the trace creates would take over 1/TRACE_SHARE of
-    this host's free memory: such a workload is not traced, and counted as more than the host has."""
+    """Every shape-dependent buffer of a run of ``backend`` with up to ``iterations`` timed inferences, and with
+    ``preprocess`` its input pipeline's camera frames (see the module docstring). Flow-matching VLAs are counted
+    analytically; the other families from their traced operators (twice the largest one's activations), unless the
+    inputs the trace creates would take over 1/TRACE_SHARE of this host's free memory: such a workload is not
+    traced, and counted as more than the host has."""
     float_precision = "fp32" if Precision.is_quantized(precision) else precision  # quantized: fp32 activations
     size = int(Precision.BYTES[float_precision])
     params = count_parameters(spec)
     weights = weight_bytes(spec, precision)
     buffers = input_bytes(workload, size) + iterations * (workload.steps + SPANS_PER_INFERENCE) * SPAN_BYTES
+    if preprocess:
+        buffers += pipeline_bytes(workload)
     exported = backend in EXPORTED
     if isinstance(spec, FlowVLASpec):
         kv_cache, activations = flow_vla_terms(spec, workload, size, exported)
@@ -119,6 +128,13 @@ def linear_parameters(spec: ModelSpec) -> tuple[int, int]:
         model = replica_class(spec)(spec)
     sizes = [module.weight.numel() for module in model.modules() if isinstance(module, torch.nn.Linear)]
     return sum(sizes), max(sizes, default=0)
+
+
+def pipeline_bytes(workload: Workload) -> int:
+    """The input pipeline's camera frames: every seeded input's raw uint8 frames, and while one is preprocessed its
+    float copy and the resize's working copy."""
+    pixels = workload.batch * workload.cameras * workload.frames * 3 * CAMERA_FRAME[0] * CAMERA_FRAME[1]
+    return INPUT_VARIANTS * pixels + 2 * pixels * FLOAT
 
 
 def observation_elements(workload: Workload) -> int:

@@ -176,6 +176,8 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
 def at_precision(plan: RunPlan, precision: str) -> RunPlan:
     """``plan`` (planned at fp32, the largest footprint, for ``auto``) at ``precision``, one the backend declares."""
     config = plan.config.model_copy(update={"precision": precision})
-    footprint = estimate_footprint(plan.spec, plan.workload, precision, plan.backend.name, iteration_cap(config))
+    footprint = estimate_footprint(
+        plan.spec, plan.workload, precision, plan.backend.name, iteration_cap(config), config.preprocess
+    )
     caveats = plan_caveats(plan.device, precision)
     return replace(plan, config=config, precision=precision, footprint=footprint, caveats=caveats)

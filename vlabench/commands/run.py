@@ -107,7 +107,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     if precision not in backend.precisions(device.torch_device):
         supported = ", ".join(backend.precisions(device.torch_device))
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
-    footprint = estimate_footprint(spec, workload, precision, backend.name, iteration_cap(config))
+    footprint = estimate_footprint(spec, workload, precision, backend.name, iteration_cap(config), config.preprocess)
     check_fits(spec, footprint, device.torch_device, precision)
     reference = None
     if auto or needs_reference(backend.is_reference, precision):
