@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from vlabench.atomic import staging_folder
+from vlabench.atomic import publish_folder, staging_folder
 from vlabench.errors import UnavailableError
 from vlabench.measure.cold_start import stage
 from vlabench.models.replicas import Observation, build_replica
@@ -163,7 +163,8 @@ def export_onnx(spec: ModelSpec, workload: Workload, precision: str, seed: int) 
             "torch": torch.__version__,
         }
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
-        os.replace(staging, folder)
+        if not publish_folder(staging, folder):
+            return _exported(folder, reused=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if folder.exists() and not (folder / "meta.json").exists():

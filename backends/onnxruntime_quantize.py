@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlabench.atomic import staging_folder
+from vlabench.atomic import publish_folder, staging_folder
 from vlabench.backends.base import GraphPolicy
 from vlabench.backends.onnx_export import ExportedModel, cache_root
 from vlabench.errors import InputError
@@ -109,7 +108,8 @@ def quantize_exported(
         meta = json.loads((exported.folder / "meta.json").read_text())
         meta.update(scheme=scheme, quantization=SCHEMES[scheme], onnxruntime=onnxruntime.__version__, key=key)
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
-        os.replace(staging, folder)
+        if not publish_folder(staging, folder):
+            return ExportedModel(folder, True, exported.graphs, exported.cache_class), True
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vlabench.atomic import staging_folder
+from vlabench.atomic import publish_folder, staging_folder
 from vlabench.backends.onnx_export import ExportedModel, cache_root
 
 IR_FORMAT = "vlabench-ov-ir-1"  # bump when the rewrites or the marks change
@@ -143,7 +142,8 @@ def cached_ir(folder: Path, meta: dict[str, Any], build: Callable[[Path], dict[s
     try:
         full = {**meta, **build(staging)}
         (staging / "meta.json").write_text(json.dumps(full, indent=2))
-        os.replace(staging, folder)
+        if not publish_folder(staging, folder):
+            return IrModel(folder, True, json.loads((folder / "meta.json").read_text()))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -436,3 +436,23 @@ def test_a_json_document_with_a_nan_is_refused_before_anything_is_written(tmp_pa
     assert list(tmp_path.iterdir()) == []
     atomic_write_json(tmp_path / "artifact.json", {"p50_ms": 1.5})
     assert (tmp_path / "artifact.json").read_text() == '{\n  "p50_ms": 1.5\n}\n'
+
+
+def test_a_cache_folder_published_twice_keeps_the_first_and_drops_the_second(tmp_path):
+    """Two processes filling the same cache entry (two test workers, two sweeps): the second finds the first's
+    complete folder, uses it and removes its own staging folder; an incomplete folder in the way is an error."""
+    from vlabench.atomic import publish_folder, staging_folder
+
+    target = tmp_path / "entry"
+    first, second = staging_folder(tmp_path, ".partial-"), staging_folder(tmp_path, ".partial-")
+    for folder, text in ((first, "first"), (second, "second")):
+        (folder / "meta.json").write_text(text)
+        (folder / "graph.onnx").write_text(text)
+    assert publish_folder(first, target) is True
+    assert publish_folder(second, target) is False
+    assert (target / "graph.onnx").read_text() == "first" and not second.exists()
+    (target / "meta.json").unlink()
+    third = staging_folder(tmp_path, ".partial-")
+    (third / "meta.json").write_text("third")
+    with pytest.raises(OSError):
+        publish_folder(third, target)

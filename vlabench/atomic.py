@@ -73,6 +73,20 @@ def staging_folder(parent: Path, prefix: str) -> Path:
     return folder
 
 
+def publish_folder(staging: Path, folder: Path, marker: str = "meta.json") -> bool:
+    """Rename a filled ``staging`` folder over ``folder``; False when another process published a complete one
+    (holding ``marker``) first: ``staging`` is then removed and theirs is used. Caches filled by concurrent runs
+    (two test workers, two sweeps) never fail on each other."""
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        if not (folder / marker).exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    return True
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
