@@ -45,6 +45,12 @@ class Backend(ABC):
     """Can replay the whole denoising loop as one captured graph (``--fuse-denoise-loop``)."""
     int8_schemes: ClassVar[tuple[str, ...]] = ()
     """The int8 quantization schemes ``--quant-scheme`` chooses between, the default first (empty: one fixed)."""
+    runtime_bytes: ClassVar[int] = 48 * 2**20
+    """The runtime's own memory once it runs a tiny model: libraries, thread pools, arenas (measured ×1.5-3), for
+    the memory estimate (``analysis.memory``)."""
+    exports_graphs: ClassVar[bool] = False
+    """Runs exported graphs: the exporter holds a traced copy of the weights, the runtime its own copy, and the
+    graph's attention is plain matmul + softmax, so its scores are materialized (the memory estimate counts them)."""
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU"}
     """The compute engines (``hardware.targets.Engine``) this backend can execute on, each with how it gets there
     (shown when a run is refused)."""

@@ -154,6 +154,8 @@ class OrtPolicy(GraphPolicy):
 
 class OnnxRuntimeBackend(Backend):
     profiles_nodes = True
+    exports_graphs = True
+    runtime_bytes = 128 * 2**20
     name = "onnxruntime"
     engines: ClassVar[dict[str, str]] = {
         "cpu": "with --ep cpu",

@@ -149,6 +149,8 @@ class OpenVinoPolicy(GraphPolicy):
 
 class OpenVinoBackend(Backend):
     profiles_nodes = True
+    exports_graphs = True
+    runtime_bytes = 256 * 2**20
     name = "openvino"
     engines: ClassVar[dict[str, str]] = {
         "cpu": "with device target CPU",

@@ -143,6 +143,8 @@ class TensorRtPolicy(GraphPolicy):
 
 
 class TensorRtBackend(Backend):
+    exports_graphs = True
+    runtime_bytes = 1024 * 2**20  # the builder's workspace
     name = "tensorrt"
     engines: ClassVar[dict[str, str]] = {"cuda": "on CUDA (TensorRT engines)"}
 

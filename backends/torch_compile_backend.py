@@ -251,6 +251,7 @@ class TorchCompileBackend(Backend):
     captures_graphs = True
     fuses_expert_kv = True
     int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
+    runtime_bytes = 512 * 2**20  # inductor, its compile workers and generated code
     name = "torch-compile"
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU (inductor C++)", "cuda": "on CUDA (inductor Triton)"}
 

@@ -18,6 +18,7 @@ import psutil
 import torch
 from pydantic import BaseModel, Field
 
+from vlabench.backends import BACKENDS
 from vlabench.errors import InsufficientMemoryError
 from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.replicas import count_parameters, replica_class
@@ -26,18 +27,6 @@ from vlabench.models.workload import Workload
 from vlabench.vocab import Precision
 
 HEADROOM = 1.15  # allocator fragmentation and framework buffers on top of the estimate
-MIB = 2**20
-RUNTIME_BYTES = {
-    "torch": 48 * MIB,
-    "torch-compile": 512 * MIB,  # inductor, its compile workers and generated code
-    "onnxruntime": 128 * MIB,
-    "openvino": 256 * MIB,
-    "tensorrt": 1024 * MIB,  # the builder's workspace
-}
-"""A runtime's own memory once it runs a tiny model: libraries, thread pools, arenas (measured ×1.5-3)."""
-EXPORTED = frozenset({"onnxruntime", "openvino", "tensorrt"})
-"""Backends that export graphs: the exporter holds a traced copy of the weights, the runtime its own copy, and the
-graph's attention is plain matmul + softmax, so its scores are materialized."""
 EXPORTED_SCORE_COPIES = 8
 """Attention-score-sized buffers an exported graph's runtime holds at once (the product, the masked sum, the
 softmax, the mask; its arena rounds each up): onnxruntime measured 6-7, whatever the number of layers."""
@@ -84,7 +73,8 @@ def estimate_footprint(
     buffers = input_bytes(workload, size) + iterations * (workload.steps + SPANS_PER_INFERENCE) * SPAN_BYTES
     if preprocess:
         buffers += pipeline_bytes(workload)
-    exported = backend in EXPORTED
+    known = BACKENDS.get(backend)
+    exported = known.exports_graphs if known else True  # a backend not registered here: counted at the most
     if isinstance(spec, FlowVLASpec):
         kv_cache, activations = flow_vla_terms(spec, workload, size, exported)
         buffers += kv_cache + joint_kv_bytes(spec, workload, size)  # the per-layer K/V before they are stacked
@@ -98,7 +88,8 @@ def estimate_footprint(
         activations = int(2 * max(op.activation_bytes for op in ops))
         buffers += kv_cache
     exporter_copies = 2 * (params * FLOAT if Precision.is_quantized(precision) else weights)  # quantized from fp32
-    runtime = RUNTIME_BYTES.get(backend, max(RUNTIME_BYTES.values())) + (exporter_copies if exported else 0)
+    most = max(cls.runtime_bytes for cls in BACKENDS.values())
+    runtime = (known.runtime_bytes if known else most) + (exporter_copies if exported else 0)
     return Footprint(
         params=params,
         weights_bytes=weights,
