@@ -19,7 +19,7 @@ from vlabench.results.schema import load_result, write_result
 pytest.importorskip("torchao")
 
 MODEL = "openvla-7b-tiny"
-QUICK = dict(warmup=1, min_iterations=2, min_duration_s=0, threads=1, energy_meter="none")
+QUICK = dict(warmup=1, min_iterations=2, min_duration_s=0, threads=1, energy_meter="none", preprocess=False)
 CPU = torch.device("cpu")
 
 

@@ -33,7 +33,8 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except VlabenchError as exc:
             if str(exc):  # the message holds names, paths and values as typed: text, never markup
-                stderr.print(Text.assemble(("error:", "bold red"), " ", safe(exc)), highlight=False)
+                # never broken by Rich: the terminal wraps it, so paths and names in it stay copyable
+                stderr.print(Text.assemble(("error:", "bold red"), " ", safe(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             stderr.print("[bold red]interrupted[/]: no result was written")
