@@ -28,7 +28,7 @@ from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, re
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
-from vlabench.commands.run import save_result
+from vlabench.commands.run_output import save_result
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
 from vlabench.fleet.local_runner import STAGED_SUFFIX, ChildOutcome, SweepStore, run_child

@@ -15,7 +15,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
-from vlabench.commands.run import plan_run, prepare_checked
+from vlabench.commands.run import plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
@@ -69,7 +69,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
-    policy = prepare_checked(plan)
+    policy = prepare_contender(plan).policy
     dtype = Precision.dtype(plan.precision)
     loops = {
         name: FusionLoop(

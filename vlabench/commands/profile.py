@@ -31,11 +31,11 @@ from vlabench.analysis.phase_summary import summarize_phases as summarize_phases
 from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.analysis.sm_coverage import GpuSm, gpu_sm_of, kernel_report
 from vlabench.atomic import atomic_write_text
-from vlabench.commands.run import RunPlan, plan_run, prepare_checked, seeded_inputs
+from vlabench.commands.run import RunPlan, plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.hardware.detection import detect_host
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
-from vlabench.measure.action_loops import ActionLoop, make_sampler
+from vlabench.measure.action_loops import ActionLoop
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.models.workload import Workload
@@ -113,13 +113,12 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         measured = measure_ceilings(target, (plan.precision,))
         passes.append(_pass("ceilings", "measured ceilings", 0, begin, ["kernels.ceilings"]))
 
-    policy = prepare_checked(plan)
-    sampler = make_sampler(plan.spec, plan.workload, target)
-    inputs = seeded_inputs(plan, plan.precision)
-    warm_up(Contender(policy, sampler, inputs), config.warmup)
+    contender = prepare_contender(plan)
+    policy, sampler, inputs = contender.policy, contender.sampler, contender.inputs
+    warm_up(contender, config.warmup)
     counters = counters_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
     begin = perf_counter_ns()
-    recorder, series = _traced(policy, sampler, inputs, settings, counters)
+    recorder, series = _traced(contender, settings, counters)
     iterations = len(recorder.samples_ms["e2e"])
     passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in counters]))
     tracing = SmTracing(gpu=_gpu_sm(target), kernels={"available": False, "reason": _no_kernels(target, settings)})
@@ -134,7 +133,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
             trace.span(name, start, end, "phases (gpm pass)")
         trace.counters(gpm[1].series)
     details: dict[str, Any] = {}
-    operators = _operators_pass(plan, settings, inputs, trace, tracing)
+    operators = _operators_pass(plan, settings, trace, tracing)
     if operators is not None:
         record, details = operators
         passes.append(record)
@@ -195,17 +194,18 @@ def _pass(name: str, produced: str, iterations: int, begin_ns: int, instruments:
 
 
 def _traced(
-    policy, sampler: ActionLoop, inputs: Sequence[tuple], settings: ProfileSettings, counters: list[UtilizationCounter]
+    contender: Contender, settings: ProfileSettings, counters: list[UtilizationCounter]
 ) -> tuple[SpanRecorder, list[Series]]:
-    """At least ``iterations`` inferences lasting at least ``min_duration_s``, with the counters running."""
-    recorder = SpanRecorder(policy.synchronize)
+    """At least ``iterations`` inferences (the input pipeline's phases included when it is timed) lasting at least
+    ``min_duration_s``, with the counters running."""
+    recorder = SpanRecorder(contender.policy.synchronize)
     for one in counters:
         one.start()
     started, index = perf_counter_ns(), 0
     try:
         while index < settings.iterations or (perf_counter_ns() - started) / 1e9 < settings.min_duration_s:
-            obs, noise = inputs[index % len(inputs)]
-            phased_inference(policy, sampler, obs, noise, recorder)
+            obs, noise, pipelined = contender.example(index)
+            phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
             index += 1
     finally:
         series = [s for one in counters for s in one.stop()]
@@ -222,7 +222,7 @@ class _AnnotatedRecorder(SpanRecorder):
 
 
 def _operators_pass(
-    plan: RunPlan, settings: ProfileSettings, inputs: Sequence[tuple], trace: ChromeTrace, tracing: SmTracing
+    plan: RunPlan, settings: ProfileSettings, trace: ChromeTrace, tracing: SmTracing
 ) -> tuple[PassRecord, dict[str, Any]] | None:
     """The runtime's node profiler (ONNX Runtime, OpenVINO) and/or the torch profiler (``--kernels``, or on CUDA for
     the kernel-derived SM coverage, which it writes into ``tracing``)."""
@@ -233,9 +233,9 @@ def _operators_pass(
         return None
     backend = type(plan.backend).from_options(replace(plan.options, profile_nodes=nodes))
     target = plan.device.torch_device
-    policy = prepare_checked(plan, backend)
-    sampler = make_sampler(plan.spec, plan.workload, target)
-    warm_up(Contender(policy, sampler, inputs), 1)
+    contender = prepare_contender(plan, backend=backend)
+    policy, sampler = contender.policy, contender.sampler
+    warm_up(contender, 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
     begin = perf_counter_ns()
     recorder: SpanRecorder = (
@@ -246,8 +246,8 @@ def _operators_pass(
         instruments.append("torch.profiler")
         profiler.start()
     for index in range(settings.operator_iterations):
-        obs, noise = inputs[index % len(inputs)]
-        phased_inference(policy, sampler, obs, noise, recorder)
+        obs, noise, pipelined = contender.example(index)
+        phased_inference(policy, sampler, obs, noise, recorder, pipelined)
     if profiler is not None:
         profiler.stop()
     record = _pass("operators", "operator/kernel events in the trace", settings.operator_iterations, begin, instruments)
