@@ -21,14 +21,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel
 
-from vlabench.analysis.phase_summary import PhaseSummary, SmTracing, gpm_phases, phase_samples, phase_windows, span_args
+from vlabench.analysis.phase_summary import SmTracing, gpm_phases, phase_samples, phase_windows, span_args
 from vlabench.analysis.phase_summary import summarize_phases as summarize_phases
-from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
+from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.analysis.sm_coverage import GpuSm, gpu_sm_of, kernel_report
 from vlabench.atomic import atomic_write_text
 from vlabench.commands.run import RunPlan, plan_run, prepare_contender
@@ -38,17 +37,11 @@ from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
 from vlabench.measure.action_loops import ActionLoop
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
-from vlabench.models.workload import Workload
-from vlabench.results.header import MeasuredArtifact
+from vlabench.results.profile_artifact import PassRecord, ProfileResult
 from vlabench.results.provenance import collect_provenance
 from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
 from vlabench.telemetry.gpm import WINDOW_S, WINDOWS, GpmWindows, describe_gpm, run_gpm_pass
 from vlabench.vocab import Phase
-
-PROFILE_SCHEMA_VERSION = "1.1"
-"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the profile of before). 1.1: the SM
-columns of each summary row (``sm_activity``, ``sm_occupancy``, ``tensor_activity``, ``dram_utilization``,
-``gpu_busy``, each a value and its source) and ``sm_tracing`` (GPU SM limits, GPM pass, kernel coverage)."""
 
 
 @dataclass(frozen=True)
@@ -63,39 +56,6 @@ class ProfileSettings:
     sm_coverage: bool = True  # on CUDA the torch-profiler pass runs even without ``kernels``, for its kernel records
     gpm_window_s: float = WINDOW_S
     gpm_windows: int = WINDOWS
-
-
-class PassRecord(BaseModel):
-    name: Literal["ceilings", "trace", "gpm", "operators"]
-    produced: str
-    iterations: int
-    duration_s: float
-    instruments: list[str]
-
-
-class ProfileResult(MeasuredArtifact):
-    """``<stem>.profile.json``; the Chrome trace beside it (``trace_file``, ``<stem>.trace.json``) is no artifact."""
-
-    kind: Literal["profile"] = "profile"
-    schema_version: str = PROFILE_SCHEMA_VERSION
-    torch_device: str
-    backend_details: dict[str, Any]
-    workload: Workload
-    passes: list[PassRecord]
-    samplers: list[dict[str, Any]]
-    measured_ceilings: list[MeasuredCeiling]
-    summary: list[PhaseSummary]
-    roofline: RooflineReport
-    sm_tracing: SmTracing | None = None  # absent from profiles of schema 1.0
-    trace_file: str
-    energy: None = None  # never measured in a profiling pass
-    warnings: list[str]
-
-    FILE_SUFFIX: ClassVar[str] = ".profile.json"
-
-    def stem(self) -> str:
-        parts = (self.model, self.device, self.backend, self.precision, self.run_id[:8])
-        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> ProfileResult:
