@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from vlabench.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom to top; a module may import from its own layer and the layers below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -151,3 +158,39 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_the_checks_catch_a_cycle_and_an_upward_import():
     assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
     assert layer_of("vlabench.cli.app") > layer_of("vlabench.measure.timing") > layer_of("vlabench.errors")
+
+
+DIAGRAM_CALL = re.compile(r"(?<![\w.`])([a-z_][a-z0-9_]*)\(\)")
+
+
+def diagram_calls() -> list[str]:
+    """The ``name()`` calls of ARCHITECTURE.md's run diagram, in the order they are written."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text[text.index("## `vlabench run`, from flags to the JSON file") :]
+    diagram = section[section.index("```") + 3 :]
+    return DIAGRAM_CALL.findall(diagram[: diagram.index("```")])
+
+
+def test_the_run_diagram_is_the_real_call_path(tmp_path):
+    """A real run (torch bf16 against the fp32 reference, estimated energy) calls every function the diagram names,
+    in the diagram's order: the document cannot drift from the code."""
+    names = diagram_calls()
+    assert len(names) >= 15 and "prepare_contender" in names and "assemble_result" in names
+    wanted, calls = set(names), []
+
+    def record(frame, event, _arg):
+        if event == "call" and frame.f_code.co_name in wanted and "site-packages" not in frame.f_code.co_filename:
+            calls.append(frame.f_code.co_name)
+
+    args = ["run", "-m", "smolvla-tiny", "--precision", "bf16", "--warmup", "1", "--min-iterations", "2"]
+    args += ["--min-duration", "0", "--threads", "1", "--energy-meter", "estimated", "--energy-window", "1"]
+    args += ["--idle-window", "0.1", "--out", str(tmp_path)]
+    sys.setprofile(record)
+    try:
+        outcome = CliRunner().invoke(app, args)
+    finally:
+        sys.setprofile(None)
+    assert outcome.exit_code == 0, outcome.output
+    remaining = iter(calls)
+    missing = [name for name in names if not any(call == name for call in remaining)]
+    assert not missing, f"not called after the names before them: {missing}; the calls: {calls}"

@@ -3,30 +3,36 @@ by file name; files written before the header (run schema 1.0 and the unversione
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import shutil
+import subprocess
+import sys
+import textwrap
 import typing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from vlabench.commands.fidelity import FidelityReport
-from vlabench.commands.loop import LoopResult
-from vlabench.commands.profile import ProfileResult
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
-from vlabench.fleet.local_runner import MARKER_SUFFIX, RunRecord
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.trace_writer import ChromeTrace
 from vlabench.results.aggregate import load_results
+from vlabench.results.artifacts import ARTIFACTS, artifact_types, kind_of, load_artifact
 from vlabench.results.calibration import DPCacheCalibration
 from vlabench.results.compare import Settings, compare_folders
-from vlabench.results.header import ArtifactHeader, artifact_kind, artifact_types
+from vlabench.results.fidelity_artifact import FidelityReport
+from vlabench.results.header import ArtifactHeader, artifact_kind
+from vlabench.results.loop_artifact import LoopResult
+from vlabench.results.profile_artifact import ProfileResult
 from vlabench.results.schema import SCHEMA_VERSION, RunResult, load_result, write_result
-from vlabench.results.store import load_artifact
+from vlabench.results.sweep_record import MARKER_SUFFIX, RunRecord
 from vlabench.results.validate import Requirements, result_files, validate_file
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "artifacts"
 LEGACY_RUN = DATA / "20261201T042521Z_smolvla-tiny_generic-x86-cpu_torch_fp32_c87a67ed.json"
 LEGACY_PROFILE = DATA / "20261201T042602Z_smolvla-tiny_generic-x86-cpu_torch_fp32_f73baa10.profile.json"
@@ -34,7 +40,16 @@ LEGACY_LOOP = DATA / "20261201T042549Z_smolvla-tiny_generic-x86-cpu_torch_fp32_s
 LEGACY_FIDELITY = DATA / "20261201T042637Z_smolvla-tiny.fidelity.json"
 LEGACY_DP_CACHE = DATA / "smolvla-tiny.dp-cache.json"
 
-ARTIFACTS = (RunResult, ProfileResult, LoopResult, FidelityReport, DPCacheCalibration, RunRecord)
+KINDS = {
+    "run": RunResult,
+    "profile": ProfileResult,
+    "loop": LoopResult,
+    "fidelity": FidelityReport,
+    "dp-cache": DPCacheCalibration,
+    "sweep-run": RunRecord,
+}
+PACKAGES = ("vlabench", "vlabench.backends", "vlabench.kernels", "vlabench.leaderboard_site", "vlabench.profiles")
+"""vlabench and the packages installed into it from top-level folders (as in test_architecture)."""
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=timezone.utc)
 
 
@@ -95,9 +110,66 @@ def test_every_artifact_extends_the_header_with_its_own_kind_and_a_schema_versio
 
 
 def test_kinds_are_distinct_and_the_run_schema_is_1_4():
-    kinds = [cls.model_fields["kind"].default for cls in ARTIFACTS]
+    kinds = [kind_of(cls) for cls in ARTIFACTS]
     assert len(set(kinds)) == len(kinds) and kinds[0] == "run"
+    assert artifact_types() == KINDS
     assert SCHEMA_VERSION == "1.4" and RunResult.model_fields["schema_version"].default == "1.4"
+
+
+def _package_modules() -> list[str]:
+    """Every module of the package (``__main__`` modules run a program when imported: left out)."""
+    names: set[str] = set()
+    for package in PACKAGES:
+        path = importlib.import_module(package).__path__
+        names.update(info.name for info in pkgutil.walk_packages(path, f"{package}.", onerror=_raise))
+    return sorted(name for name in names if name.rsplit(".", 1)[-1] != "__main__")
+
+
+def _raise(name: str) -> None:
+    raise ImportError(f"cannot import {name} while walking the package")
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = set(cls.__subclasses__())
+    for sub in list(found):
+        found |= _subclasses(sub)
+    return found
+
+
+def test_the_registry_lists_every_artifact_class_defined_in_the_package():
+    for name in _package_modules():
+        importlib.import_module(name)
+    defined = {
+        cls
+        for cls in _subclasses(ArtifactHeader)
+        if cls.__module__.startswith("vlabench.") and isinstance(cls.model_fields["kind"].default, str)
+    }  # a class without a kind of its own (MeasuredArtifact) is a header, not an artifact
+    assert len(defined) >= len(KINDS)
+    missing = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in defined - set(ARTIFACTS))
+    assert not missing, f"add these to vlabench.results.artifacts.ARTIFACTS: {missing}"
+    assert len(ARTIFACTS) == len(set(ARTIFACTS)) == len({kind_of(cls) for cls in ARTIFACTS})
+
+
+def test_the_registry_does_not_depend_on_what_else_was_imported():
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from pathlib import Path
+        from vlabench.results.artifacts import artifact_types, load_artifact
+        loaded = [type(load_artifact(Path(path))).__name__ for path in sys.argv[1:]]
+        above = sorted(m for m in sys.modules if m.startswith(("vlabench.commands", "vlabench.fleet", "vlabench.cli")))
+        kinds = {kind: cls.__name__ for kind, cls in artifact_types().items()}
+        print(json.dumps({"kinds": kinds, "loaded": loaded, "above": above}))
+        """
+    )
+    paths = [str(path) for path in (LEGACY_PROFILE, LEGACY_LOOP, LEGACY_FIDELITY)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["kinds"] == {kind: cls.__name__ for kind, cls in KINDS.items()}
+    assert report["loaded"] == ["ProfileResult", "LoopResult", "FidelityReport"]
+    assert report["above"] == []  # no command or fleet module is needed to read their artifacts
 
 
 def test_written_artifacts_start_with_kind_and_schema_version(run, profile, loop, calibration, record):

@@ -28,13 +28,14 @@ from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, re
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
-from vlabench.commands.run import save_result
+from vlabench.commands.run_output import save_result
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import STAGED_SUFFIX, ChildOutcome, SweepStore, run_child
+from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore, run_child
 from vlabench.fleet.ray_dispatch import probe_address
 from vlabench.fleet.sweep_file import expand, parse_sweep
 from vlabench.results.schema import RunResult, load_result
+from vlabench.results.sweep_record import ChildOutcome
 
 ARTIFACT = (
     Path(__file__).parent
@@ -310,6 +311,7 @@ KILLED_AFTER_STAGING = textwrap.dedent(
     import yaml
     import vlabench.fleet.local_runner as runner
     from vlabench.fleet.sweep_file import expand, parse_sweep
+    from vlabench.results.sweep_record import ChildOutcome
     out, text = Path(sys.argv[1]), Path(sys.argv[2]).read_text()
     run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
     write = runner.atomic_write_text
@@ -320,7 +322,7 @@ KILLED_AFTER_STAGING = textwrap.dedent(
         return written
     runner.atomic_write_text = crash_after_staging
     with runner.SweepStore(out) as store:
-        store.finish(run, runner.ChildOutcome(status="ok", result_text=text, wall_s=1.0, hostname="h"))
+        store.finish(run, ChildOutcome(status="ok", result_text=text, wall_s=1.0, hostname="h"))
     """
 )
 

@@ -157,3 +157,18 @@ def test_profile_merges_runtime_node_events_onto_the_phase_clock(tmp_path, backe
 def test_profile_rejects_several_backends(tmp_path):
     result = CliRunner().invoke(app, ["profile", "--backend", "torch,onnxruntime", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "one --backend" in result.output
+
+
+def test_profile_times_the_dp_cache_schedule_a_config_file_plans(tmp_path):
+    """A ``--config`` with ``dp_cache:`` is profiled with it: only the schedule's computed steps call the expert."""
+    config = tmp_path / "run.yaml"
+    config.write_text('model: smolvla-tiny\ndp_cache: "{0,2,4,6,8}"\nthreads: 1\n')
+    args = ["profile", "--config", str(config), "--iterations", "3", "--min-duration", "0", "--no-measure-ceilings"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    profile, trace = load_outputs(tmp_path / "out")
+    traced = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "phases (trace pass)"]
+    steps = {name for name in traced if name.startswith("denoise_step[")}
+    assert steps == {f"denoise_step[{i}]" for i in (0, 2, 4, 6, 8)}
+    rows = {row["phase"]: row for row in profile["summary"]}
+    assert rows["denoise_step"]["spans"] == 5 * rows["e2e"]["spans"]

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from vlabench.fleet.local_runner import RunRecord
 from vlabench.results.aggregate import load_results
+from vlabench.results.sweep_record import RunRecord
 
 pytest.importorskip("ray")
 

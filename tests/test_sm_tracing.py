@@ -15,8 +15,8 @@ from rich.console import Console
 from vlabench.analysis.phase_summary import SmTracing, gpm_phases, span_args, summarize_phases
 from vlabench.analysis.sm_coverage import Kernel, coverage, gpu_sm, gpu_sm_of_kineto, kernel_report, kernels_of
 from vlabench.cli.views.profile import profile_table
-from vlabench.commands.profile import ProfileResult
 from vlabench.measure.trace_writer import ChromeTrace
+from vlabench.results.profile_artifact import ProfileResult
 from vlabench.telemetry.counters import Series
 from vlabench.telemetry.gpm import GPM_METRICS, GpmReader, describe_gpm, run_gpm_pass
 from vlabench.vocab import Phase

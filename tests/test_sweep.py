@@ -23,8 +23,6 @@ from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.fleet.local_runner import (
     STAGED_SUFFIX,
-    ChildOutcome,
-    RunRecord,
     SweepStore,
     execute_sweep,
     run_child,
@@ -33,6 +31,7 @@ from vlabench.fleet.local_runner import (
 from vlabench.fleet.sweep_file import SweepFile, expand, parse_sweep, run_key
 from vlabench.results.aggregate import load_results
 from vlabench.results.schema import RunResult, load_result, write_result
+from vlabench.results.sweep_record import ChildOutcome, RunRecord
 
 FAST = {
     "device": "cpu",

@@ -68,16 +68,15 @@ def execute_runs(
     if len(plans) == 1:
         return Outcome([], [BackendCrash(plans[0].backend.name, f"{label(plans[0])} {shared.death}")])
     outcome = Outcome([])
+    note = (
+        f"ran in a process of its own after the process shared by {len(plans)} backends {shared.death}: its timings "
+        "are not interleaved with theirs"
+    )
     for plan in plans:
-        alone = run_child([plan], progress, announce)
+        alone = run_child([plan], progress, announce, (note,))
         if alone.results is None:
             outcome.crashes.append(BackendCrash(plan.backend.name, f"{label(plan)} {alone.death}"))
             continue
-        for result in alone.results:
-            result.warnings.append(
-                f"ran in a process of its own after the process shared by {len(plans)} backends {shared.death}: "
-                "its timings are not interleaved with theirs"
-            )
         outcome.results.extend(alone.results)
     return outcome
 
@@ -88,10 +87,13 @@ def label(plan: RunPlan) -> str:
 
 
 def execute_here(
-    plans: list[RunPlan], progress: Progress | None = None, announce: Announce | None = None
+    plans: list[RunPlan],
+    progress: Progress | None = None,
+    announce: Announce | None = None,
+    notes: tuple[str, ...] = (),
 ) -> list[RunResult]:
     """``execute_many`` in this process, after resolving ``--precision auto`` plans by a probe (announced, and
-    recorded in each result's ``backend_details.precision_choice``)."""
+    recorded in each result's ``backend_details.precision_choice``); ``notes`` go into every result's warnings."""
     resolved: list[RunPlan] = []
     prepared: dict[int, PreparedPolicy] = {}
     choices = {}
@@ -104,21 +106,22 @@ def execute_here(
             if announce:
                 announce(describe(plan.backend.name, choice))
         resolved.append(plan)
-    results = run_module.execute_many(resolved, progress, prepared)
-    for index, choice in choices.items():
-        results[index].backend_details["precision_choice"] = choice.model_dump(mode="json")
-    return results
+    details = {index: {"precision_choice": choice.model_dump(mode="json")} for index, choice in choices.items()}
+    return run_module.execute_many(resolved, progress, prepared, notes, details)
 
 
-def run_child(plans: list[RunPlan], progress: Progress | None, announce: Announce | None) -> ChildEnd:
+def run_child(
+    plans: list[RunPlan], progress: Progress | None, announce: Announce | None, notes: tuple[str, ...] = ()
+) -> ChildEnd:
     """Execute ``plans`` in a spawned child (re-planned there from their configs, with the backend classes this
-    process registered); its progress and announcements are relayed here while it runs."""
+    process registered; ``notes`` for every result's warnings); its progress and announcements are relayed here
+    while it runs."""
     context = multiprocessing.get_context("spawn")
     configs = [plan.config for plan in plans]
     classes = {config.backend: BACKENDS[config.backend] for config in configs}
     with tempfile.TemporaryDirectory(prefix="vlabench-child-") as folder:
         reader, writer = context.Pipe(duplex=False)
-        child = context.Process(target=child_main, args=(configs, classes, folder, writer), daemon=True)
+        child = context.Process(target=child_main, args=(configs, classes, folder, writer, notes), daemon=True)
         child.start()
         writer.close()
         try:
@@ -180,7 +183,13 @@ def death_description(exitcode: int | None) -> str:
     return "ended without writing its results"
 
 
-def child_main(configs: list[RunConfig], classes: dict[str, type[Backend]], folder: str, writer: Connection) -> None:
+def child_main(
+    configs: list[RunConfig],
+    classes: dict[str, type[Backend]],
+    folder: str,
+    writer: Connection,
+    notes: tuple[str, ...] = (),
+) -> None:
     """In the child: plan, execute, write each result as ``<index>.json`` (or a vlabench error as ``error.json``)."""
     faulthandler.enable()
     BACKENDS.update(classes)
@@ -191,6 +200,7 @@ def child_main(configs: list[RunConfig], classes: dict[str, type[Backend]], fold
             plans,
             lambda done, expected: writer.send(("progress", done, expected)),
             lambda text: writer.send(("note", text)),
+            notes,
         )
     except VlabenchError as exc:
         (out / "error.json").write_text(json.dumps({"class": type(exc).__name__, "message": str(exc)}))

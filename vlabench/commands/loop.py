@@ -9,56 +9,21 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, Field
 
 from vlabench.atomic import atomic_write_text
-from vlabench.commands.run import plan_run, prepare_checked
+from vlabench.commands.run import plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
 from vlabench.measure.action_loops import make_sampler
-from vlabench.measure.dp_cache import DPCacheSchedule
-from vlabench.measure.stats import Stats, summarize
-from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+from vlabench.measure.stats import summarize
+from vlabench.models.workload import initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
-from vlabench.results.header import MeasuredArtifact
+from vlabench.results.loop_artifact import LoopResult, LoopVariant
 from vlabench.results.provenance import collect_provenance
 from vlabench.vocab import Precision
-
-LOOP_SCHEMA_VERSION = "1.0"
-"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the loop result of before)."""
-
-
-class LoopVariant(BaseModel):
-    stale_steps: int
-    cycle_ms: Stats
-    overlap_ms: Stats
-    action_hz_p50: float
-    samples_ms: list[float]
-
-
-class LoopResult(MeasuredArtifact):
-    kind: Literal["loop"] = "loop"
-    schema_version: str = LOOP_SCHEMA_VERSION
-    backend_details: dict[str, Any]
-    workload: Workload
-    dp_cache: DPCacheSchedule | None
-    fuse_expert_kv: bool
-    concurrency: str
-    cycles: int = Field(description="counted cycles per variant")
-    exact: LoopVariant
-    fused: LoopVariant
-    speedup_p50: float = Field(description="exact cycle p50 / fused cycle p50")
-    warnings: list[str]
-
-    FILE_SUFFIX: ClassVar[str] = ".loop.json"
-
-    def stem(self) -> str:
-        parts = (self.model, self.device, self.backend, self.precision, f"s{self.fused.stale_steps}", self.run_id[:8])
-        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_dir: Path) -> LoopResult:
@@ -69,7 +34,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
-    policy = prepare_checked(plan)
+    policy = prepare_contender(plan).policy
     dtype = Precision.dtype(plan.precision)
     loops = {
         name: FusionLoop(

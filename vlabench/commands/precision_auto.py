@@ -3,22 +3,21 @@ correctness-gated run, and keep the fastest that passes (fp32, the reference pat
 
 from __future__ import annotations
 
-import time
+import statistics
 from dataclasses import replace
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.analysis.memory import estimate_footprint
-from vlabench.commands.run import RunPlan, prepare_checked, seeded_inputs
+from vlabench.commands.run import ReferenceCache, RunPlan, prepare_contender
 from vlabench.commands.run_checks import plan_caveats
 from vlabench.commands.run_pass import iteration_cap
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
-from vlabench.measure.action_loops import make_sampler
-from vlabench.measure.correctness import TOLERANCES, compare, needs_reference, reference_actions
+from vlabench.measure.correctness import TOLERANCES, compare, needs_reference
 from vlabench.measure.policy import PreparedPolicy
-from vlabench.measure.timing import plain_inference
+from vlabench.measure.timing import RunnerSettings, measure_interleaved, plain_inference
 from vlabench.vocab import Precision
 
 NATIVE_INT8_FLAGS = INT8_DOT_FLAGS | {"avx2"}
@@ -131,35 +130,28 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
     """Probe ``plan`` (planned with ``--precision auto``) at each candidate; the plan at the chosen precision, the
     choice, and the policy prepared for it (reused by the run). At most two models are held at once."""
     probe, probed = candidates(plan)
-    target = plan.device.torch_device
-    reference = None
+    references = ReferenceCache(plan, plan.device.torch_device)
     best: tuple[float, PreparedPolicy] | None = None
     kept: dict[str, PreparedPolicy] = {}
     for precision in probe:
         candidate = at_precision(plan, precision)
         try:
-            policy = prepare_checked(candidate)
+            contender = prepare_contender(candidate)
         except VlabenchError as exc:
             probed.append(ProbedPrecision(precision=precision, gate="skipped", note=str(exc)))
             continue
-        inputs = seeded_inputs(candidate, precision)
-        sampler = make_sampler(candidate.spec, candidate.workload, target, candidate.schedule)
-        actions = plain_inference(policy, sampler, *inputs[0])  # also the warm-up
-        timings = []
-        for i in range(PROBE_ITERATIONS):
-            start = time.perf_counter()
-            plain_inference(policy, sampler, *inputs[i % len(inputs)])
-            policy.synchronize()
-            timings.append((time.perf_counter() - start) * 1e3)
-        p50 = sorted(timings)[len(timings) // 2]
+        policy = contender.policy
+        settings = RunnerSettings(1, PROBE_ITERATIONS, 0.0, PROBE_ITERATIONS)
+        measured = measure_interleaved([contender], settings)[0]
+        p50 = statistics.median(measured.samples_ms["e2e_unsynced"])
         entry = ProbedPrecision(precision=precision, e2e_p50_ms=p50, gate="reference")
         if needs_reference(plan.backend.is_reference, precision):
-            if reference is None:
-                obs, noise = seeded_inputs(plan, "fp32")[0]
-                reference = reference_actions(
-                    plan.spec, plan.workload, plan.config.seed, obs, noise, target, plan.schedule
-                )
-            verdict = compare(actions, reference, inputs[0][1], precision)
+            obs, noise = contender.inputs[0]
+            actions = plain_inference(policy, contender.sampler, obs, noise)
+            choice = references.choice
+            verdict = compare(
+                actions, references.get(plan.schedule), noise, precision, choice.precision, plan.spec, choice.reason
+            )
             entry.gate, entry.relative_error = ("passed" if verdict.passed else "failed"), verdict.relative_error
         probed.append(entry)
         if entry.gate != "failed" and (best is None or p50 < best[0]):
@@ -168,7 +160,10 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
     chosen, reason = pick(probed)
     order = {name: i for i, name in enumerate(Precision.NAMES)}
     probed.sort(key=lambda c: order[c.precision])
-    probe_text = f"1 gated warm-up + {PROBE_ITERATIONS} timed inferences per candidate, sequentially"
+    probe_text = (
+        f"1 warm-up + {PROBE_ITERATIONS} timed inferences per candidate, sequentially, as a run times them "
+        "(p50 of the unsynchronized ones); gated against the run's reference"
+    )
     choice = PrecisionChoice(chosen=chosen, reason=reason, probe=probe_text, candidates=probed)
     return at_precision(plan, chosen), choice, kept.get(chosen)
 

@@ -21,34 +21,27 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel
 
-from vlabench.analysis.phase_summary import PhaseSummary, SmTracing, gpm_phases, phase_samples, phase_windows, span_args
+from vlabench.analysis.phase_summary import SmTracing, gpm_phases, phase_samples, phase_windows, span_args
 from vlabench.analysis.phase_summary import summarize_phases as summarize_phases
-from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
+from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.analysis.sm_coverage import GpuSm, gpu_sm_of, kernel_report
 from vlabench.atomic import atomic_write_text
-from vlabench.commands.run import RunPlan, plan_run, prepare_checked, seeded_inputs
+from vlabench.commands.run import RunPlan, plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.hardware.detection import detect_host
 from vlabench.kernels.ceilings import MeasuredCeiling, measure_ceilings
-from vlabench.measure.action_loops import ActionLoop, make_sampler
+from vlabench.measure.action_loops import ActionLoop
 from vlabench.measure.timing import Contender, SpanRecorder, phased_inference, warm_up
 from vlabench.measure.trace_writer import ChromeTrace
-from vlabench.models.workload import Workload
-from vlabench.results.header import MeasuredArtifact
+from vlabench.results.profile_artifact import PassRecord, ProfileResult
 from vlabench.results.provenance import collect_provenance
 from vlabench.telemetry.counters import Series, UtilizationCounter, counters_for
 from vlabench.telemetry.gpm import WINDOW_S, WINDOWS, GpmWindows, describe_gpm, run_gpm_pass
 from vlabench.vocab import Phase
-
-PROFILE_SCHEMA_VERSION = "1.1"
-"""1.0: the artifact header (``schema_version`` and ``finished_utc`` added to the profile of before). 1.1: the SM
-columns of each summary row (``sm_activity``, ``sm_occupancy``, ``tensor_activity``, ``dram_utilization``,
-``gpu_busy``, each a value and its source) and ``sm_tracing`` (GPU SM limits, GPM pass, kernel coverage)."""
 
 
 @dataclass(frozen=True)
@@ -63,39 +56,6 @@ class ProfileSettings:
     sm_coverage: bool = True  # on CUDA the torch-profiler pass runs even without ``kernels``, for its kernel records
     gpm_window_s: float = WINDOW_S
     gpm_windows: int = WINDOWS
-
-
-class PassRecord(BaseModel):
-    name: Literal["ceilings", "trace", "gpm", "operators"]
-    produced: str
-    iterations: int
-    duration_s: float
-    instruments: list[str]
-
-
-class ProfileResult(MeasuredArtifact):
-    """``<stem>.profile.json``; the Chrome trace beside it (``trace_file``, ``<stem>.trace.json``) is no artifact."""
-
-    kind: Literal["profile"] = "profile"
-    schema_version: str = PROFILE_SCHEMA_VERSION
-    torch_device: str
-    backend_details: dict[str, Any]
-    workload: Workload
-    passes: list[PassRecord]
-    samplers: list[dict[str, Any]]
-    measured_ceilings: list[MeasuredCeiling]
-    summary: list[PhaseSummary]
-    roofline: RooflineReport
-    sm_tracing: SmTracing | None = None  # absent from profiles of schema 1.0
-    trace_file: str
-    energy: None = None  # never measured in a profiling pass
-    warnings: list[str]
-
-    FILE_SUFFIX: ClassVar[str] = ".profile.json"
-
-    def stem(self) -> str:
-        parts = (self.model, self.device, self.backend, self.precision, self.run_id[:8])
-        return "_".join((self.stamp(self.started_utc), *parts))
 
 
 def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> ProfileResult:
@@ -113,13 +73,12 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         measured = measure_ceilings(target, (plan.precision,))
         passes.append(_pass("ceilings", "measured ceilings", 0, begin, ["kernels.ceilings"]))
 
-    policy = prepare_checked(plan)
-    sampler = make_sampler(plan.spec, plan.workload, target)
-    inputs = seeded_inputs(plan, plan.precision)
-    warm_up(Contender(policy, sampler, inputs), config.warmup)
+    contender = prepare_contender(plan)
+    policy, sampler, inputs = contender.policy, contender.sampler, contender.inputs
+    warm_up(contender, config.warmup)
     counters = counters_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
     begin = perf_counter_ns()
-    recorder, series = _traced(policy, sampler, inputs, settings, counters)
+    recorder, series = _traced(contender, settings, counters)
     iterations = len(recorder.samples_ms["e2e"])
     passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in counters]))
     tracing = SmTracing(gpu=_gpu_sm(target), kernels={"available": False, "reason": _no_kernels(target, settings)})
@@ -134,7 +93,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
             trace.span(name, start, end, "phases (gpm pass)")
         trace.counters(gpm[1].series)
     details: dict[str, Any] = {}
-    operators = _operators_pass(plan, settings, inputs, trace, tracing)
+    operators = _operators_pass(plan, settings, trace, tracing)
     if operators is not None:
         record, details = operators
         passes.append(record)
@@ -195,17 +154,18 @@ def _pass(name: str, produced: str, iterations: int, begin_ns: int, instruments:
 
 
 def _traced(
-    policy, sampler: ActionLoop, inputs: Sequence[tuple], settings: ProfileSettings, counters: list[UtilizationCounter]
+    contender: Contender, settings: ProfileSettings, counters: list[UtilizationCounter]
 ) -> tuple[SpanRecorder, list[Series]]:
-    """At least ``iterations`` inferences lasting at least ``min_duration_s``, with the counters running."""
-    recorder = SpanRecorder(policy.synchronize)
+    """At least ``iterations`` inferences (the input pipeline's phases included when it is timed) lasting at least
+    ``min_duration_s``, with the counters running."""
+    recorder = SpanRecorder(contender.policy.synchronize)
     for one in counters:
         one.start()
     started, index = perf_counter_ns(), 0
     try:
         while index < settings.iterations or (perf_counter_ns() - started) / 1e9 < settings.min_duration_s:
-            obs, noise = inputs[index % len(inputs)]
-            phased_inference(policy, sampler, obs, noise, recorder)
+            obs, noise, pipelined = contender.example(index)
+            phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
             index += 1
     finally:
         series = [s for one in counters for s in one.stop()]
@@ -222,7 +182,7 @@ class _AnnotatedRecorder(SpanRecorder):
 
 
 def _operators_pass(
-    plan: RunPlan, settings: ProfileSettings, inputs: Sequence[tuple], trace: ChromeTrace, tracing: SmTracing
+    plan: RunPlan, settings: ProfileSettings, trace: ChromeTrace, tracing: SmTracing
 ) -> tuple[PassRecord, dict[str, Any]] | None:
     """The runtime's node profiler (ONNX Runtime, OpenVINO) and/or the torch profiler (``--kernels``, or on CUDA for
     the kernel-derived SM coverage, which it writes into ``tracing``)."""
@@ -233,9 +193,9 @@ def _operators_pass(
         return None
     backend = type(plan.backend).from_options(replace(plan.options, profile_nodes=nodes))
     target = plan.device.torch_device
-    policy = prepare_checked(plan, backend)
-    sampler = make_sampler(plan.spec, plan.workload, target)
-    warm_up(Contender(policy, sampler, inputs), 1)
+    contender = prepare_contender(plan, backend=backend)
+    policy, sampler = contender.policy, contender.sampler
+    warm_up(contender, 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
     begin = perf_counter_ns()
     recorder: SpanRecorder = (
@@ -246,8 +206,8 @@ def _operators_pass(
         instruments.append("torch.profiler")
         profiler.start()
     for index in range(settings.operator_iterations):
-        obs, noise = inputs[index % len(inputs)]
-        phased_inference(policy, sampler, obs, noise, recorder)
+        obs, noise, pipelined = contender.example(index)
+        phased_inference(policy, sampler, obs, noise, recorder, pipelined)
     if profiler is not None:
         profiler.stop()
     record = _pass("operators", "operator/kernel events in the trace", settings.operator_iterations, begin, instruments)

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
-from vlabench.analysis.roofline import analyze, ceilings_for
-from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
+from vlabench.commands.run_output import check_paths
 from vlabench.commands.run_pass import iteration_cap, timed_pass
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, UnavailableError, VlabenchError, unknown_name
+from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
@@ -32,10 +31,9 @@ from vlabench.models.input_pipeline import InputPipeline, raw_observation
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
-from vlabench.results.assemble import assemble_result, energy_result, execution_model
-from vlabench.results.schema import EnergyResult, Optimization, RunResult, write_result
+from vlabench.results.assemble import Measured, assemble_result, energy_result, execution_model
+from vlabench.results.schema import EnergyResult, Optimization, RunResult
 from vlabench.results.sustained import sustained
-from vlabench.telemetry.energy.external import read_power_log
 from vlabench.telemetry.energy.select import MeterChoice, choose_meter
 from vlabench.telemetry.system_state import sample_system_state
 from vlabench.vocab import Precision
@@ -181,6 +179,19 @@ def prepare_checked(plan: RunPlan, backend: Backend | None = None) -> PreparedPo
     return policy
 
 
+def prepare_contender(plan: RunPlan, policy: PreparedPolicy | None = None, backend: Backend | None = None) -> Contender:
+    """What every command times: the plan's policy (``policy``, or ``backend`` (default: the plan's) prepared and
+    checked by ``prepare_checked``), its action loop with the plan's DP-Cache schedule, its seeded inputs and, when
+    the input pipeline is timed, their raw forms."""
+    target = plan.device.torch_device
+    return Contender(
+        policy or prepare_checked(plan, backend),
+        make_sampler(plan.spec, plan.workload, target, plan.schedule),
+        seeded_inputs(plan, plan.precision),
+        pipelined_inputs(plan) if plan.config.preprocess else (),
+    )
+
+
 def default_precision(backend: Backend, device: torch.device) -> str:
     """``Precision.default`` over what both the backend and (on CUDA) the GPU support."""
     on_cpu = device.type != "cuda"
@@ -193,17 +204,6 @@ def backend_names(requested: str) -> list[str]:
     if requested == "all":
         return list(BACKENDS)
     return list(dict.fromkeys(name.strip() for name in requested.split(",") if name.strip()))
-
-
-def check_paths(config: RunConfig) -> None:
-    """Before any work: the results folder must take a file (a probe file is created and removed; the temporary
-    files killed writers left there are removed) and an external meter's log must be readable."""
-    problem = writable_folder_problem(config.out)
-    if problem:
-        raise InputError(f"--out {config.out}: cannot write a result there: {problem}")
-    remove_stale(config.out)
-    if config.energy_log is not None:
-        read_power_log(config.energy_log)
 
 
 def plan_runs(config: RunConfig) -> tuple[list[RunPlan], list[str]]:
@@ -233,37 +233,22 @@ def check_fit_together(plans: list[RunPlan]) -> None:
     check_fits(first.spec, combined, first.device.torch_device, first.precision)
 
 
-@dataclass(frozen=True)
-class Saved:
-    """Where a result went: ``problem`` None: into the results folder; else why not, and ``path`` the fallback file
-    it went to (None: that failed too, ``text`` must be shown)."""
-
-    path: Path | None
-    problem: str | None = None
-    text: str = ""
-
-
-def save_result(result: RunResult, out: Path) -> Saved:
-    """Write a result into ``out``; when that fails (a full disk, a quota, an I/O error), into
-    ``$TMPDIR/vlabench-unsaved-<run id>.json``: a measurement is never lost."""
-    try:
-        return Saved(write_result(result, out))
-    except VlabenchError as exc:
-        text = result.model_dump_json(indent=2)
-        return Saved(rescue_text(text, f"{result.run_id}.json"), str(exc), text)
-
-
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:
     return execute_many([plan], progress)[0]
 
 
 def execute_many(
-    plans: list[RunPlan], progress: Progress | None = None, prepared: dict[int, PreparedPolicy] | None = None
+    plans: list[RunPlan],
+    progress: Progress | None = None,
+    prepared: dict[int, PreparedPolicy] | None = None,
+    notes: tuple[str, ...] = (),
+    extra_details: dict[int, dict[str, Any]] | None = None,
 ) -> list[RunResult]:
     """Prepare every plan's backend in this process (``prepared``: plan index → a policy already prepared for it),
-    time them interleaved, then measure energy one by one."""
+    time them interleaved, then measure energy one by one; each result is assembled whole, with ``notes`` among its
+    warnings and ``extra_details`` (plan index → entries) in its backend details."""
     first = plans[0]
-    config, spec, workload = first.config, first.spec, first.workload
+    config, spec = first.config, first.spec
     started = datetime.now(timezone.utc)
     target = first.device.torch_device
     system_state = sample_system_state(target.type)
@@ -281,15 +266,7 @@ def execute_many(
     # side by side rest on the same bandwidth reading.
     precisions = tuple(dict.fromkeys(plan.precision for plan in plans))
     ceilings = measure_ceilings(target, precisions) if config.measure_ceilings else []
-    contenders = [
-        Contender(
-            (prepared or {}).get(index) or prepare_checked(plan),
-            make_sampler(plan.spec, workload, target, plan.schedule),
-            seeded_inputs(plan, plan.precision),
-            pipelined_inputs(plan) if config.preprocess else (),
-        )
-        for index, plan in enumerate(plans)
-    ]
+    contenders = [prepare_contender(plan, (prepared or {}).get(index)) for index, plan in enumerate(plans)]
     measurements, series, began = timed_pass(contenders, config, target, progress)
     results = []
     for index, (plan, contender, measurement) in enumerate(zip(plans, contenders, measurements, strict=True)):
@@ -301,34 +278,30 @@ def execute_many(
             correctness = compare(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
             )
-        energy = measure_plan_energy(plan, contender)
-        trace = sustained(
-            measurement.iteration_starts_ns,
-            measurement.samples_ms["e2e"],
-            began,
-            config.window_s,
-            series,
-            config.sensor_period_s,
+        shared = (
+            [f"{len(plans)} configurations ran in one process: peak memory covers all of them; timings are interleaved"]
+            if len(plans) > 1
+            else []
         )
-        result = assemble_result(plan, contender, measurement, energy, correctness, system_state, started, trace)
-        result.optimization = optimizations[index]
-        result.roofline = analyze(
-            spec,
-            workload,
-            plan.precision,
-            plan.device.profile.name,
-            ceilings_for(plan.device.profile, plan.precision, ceilings),
-            {name: stats.p50 for name, stats in result.timing.phases.items()},
-            computed_steps=len(plan.schedule.computed) if plan.schedule else None,
-            hoisted=plan.config.fuse_expert_kv,
+        measured = Measured(
+            contender=contender,
+            measurement=measurement,
+            energy=measure_plan_energy(plan, contender),
+            correctness=correctness,
+            sustained=sustained(
+                measurement.iteration_starts_ns,
+                measurement.samples_ms["e2e"],
+                began,
+                config.window_s,
+                series,
+                config.sensor_period_s,
+            ),
+            ceilings=ceilings,
+            optimization=optimizations[index],
+            notes=(*shared, *notes),
+            details=(extra_details or {}).get(index, {}),
         )
-        results.append(result)
-    if len(plans) > 1:
-        for result in results:
-            result.warnings.append(
-                f"{len(plans)} configurations ran in one process: peak memory covers all of them; timings are "
-                "interleaved"
-            )
+        results.append(assemble_result(plan, measured, system_state, started))
     return results
 
 

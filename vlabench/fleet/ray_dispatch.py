@@ -13,8 +13,9 @@ from typing import Any
 
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import ChildOutcome, Dispatch, RunRecord, SweepStore, run_child
+from vlabench.fleet.local_runner import Dispatch, SweepStore, run_child
 from vlabench.fleet.sweep_file import PLACEMENT_PREFIX, SweepRun
+from vlabench.results.sweep_record import ChildOutcome, RunRecord
 
 
 def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:

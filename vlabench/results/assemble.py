@@ -7,16 +7,19 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
 from vlabench.analysis.cet import CostAssumptions, CostReport, ExecutionModel, cost_report, gate
 from vlabench.analysis.memory import Footprint, peak_rss_bytes
+from vlabench.analysis.roofline import analyze, ceilings_for
 from vlabench.backends import Backend
 from vlabench.config import RunConfig
 from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import ResolvedDevice
+from vlabench.kernels.ceilings import MeasuredCeiling
 from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import NOISY_COV, P99_BOUND_SAMPLES, Stats, summarize
@@ -31,6 +34,7 @@ from vlabench.results.schema import (
     EnergyResult,
     MemoryInfo,
     ModelInfo,
+    Optimization,
     RunResult,
     Timing,
 )
@@ -57,17 +61,26 @@ class PlannedRun(Protocol):
     engine: str
 
 
-def assemble_result(
-    plan: PlannedRun,
-    contender: Contender,
-    measurement: Measurement,
-    energy: EnergyResult | None,
-    correctness: Correctness | None,
-    system_state: SystemState,
-    started: datetime,
-    sustained: Sustained | None = None,
-) -> RunResult:
+@dataclass(frozen=True)
+class Measured:
+    """Everything measured for one plan, the input of its result."""
+
+    contender: Contender
+    measurement: Measurement
+    energy: EnergyResult | None = None
+    correctness: Correctness | None = None
+    sustained: Sustained | None = None
+    ceilings: list[MeasuredCeiling] = field(default_factory=list)  # measured before timing (``--measure-ceilings``)
+    optimization: Optimization | None = None
+    notes: tuple[str, ...] = ()  # warnings about how it ran (several configurations in one process, a re-run alone)
+    details: dict[str, Any] = field(default_factory=dict)  # backend details decided before it ran (precision auto)
+
+
+def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemState, started: datetime) -> RunResult:
+    """The whole result of one plan, frozen: nothing is added to it afterwards."""
     config, spec, workload = plan.config, plan.spec, plan.workload
+    contender, measurement, energy = measured.contender, measured.measurement, measured.energy
+    correctness, sustained = measured.correctness, measured.sustained
     target = plan.device.torch_device
     samples = measurement.samples_ms
     steps = [samples[Phase.step_span(i)] for i in range(workload.steps) if Phase.step_span(i) in samples]
@@ -119,7 +132,7 @@ def assemble_result(
         ),
         execution=contender.policy.executed_on(),
         backend=plan.backend.name,
-        backend_details=contender.policy.details(),
+        backend_details={**contender.policy.details(), **measured.details},
         precision=plan.precision,
         timing=timing,
         control=control,
@@ -137,12 +150,24 @@ def assemble_result(
             *plan.caveats,
             *measurement_warnings(phases, config, measurement, system_state, correctness),
             *sustained_warnings(sustained),
+            *measured.notes,
         ],
         system_state=system_state,
         cold_start=cold_start(
             contender.policy.preparation, timing.first_inference_ms, config.idle_probe_s, measurement.after_idle_ms
         ),
         sustained=sustained,
+        optimization=measured.optimization,
+        roofline=analyze(
+            spec,
+            workload,
+            plan.precision,
+            plan.device.profile.name,
+            ceilings_for(plan.device.profile, plan.precision, measured.ceilings),
+            {name: stats.p50 for name, stats in phases.items()},
+            computed_steps=len(plan.schedule.computed) if plan.schedule else None,
+            hoisted=config.fuse_expert_kv,
+        ),
         provenance=collect_provenance(host, torch.get_num_threads()),
     )
 

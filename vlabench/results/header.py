@@ -2,7 +2,8 @@
 
 Each artifact (a run result, a profile, a control loop, a fidelity report, a DP-Cache calibration, a sweep journal
 entry) is a subclass of ``ArtifactHeader`` that fixes its ``kind`` (a one-value ``Literal``) and its current
-``schema_version``. Readers pick artifacts by ``kind``, never by file name: see ``results.store``."""
+``schema_version``; ``results.artifacts`` lists them all. Readers pick artifacts by ``kind``, never by file name:
+see ``results.store``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ from vlabench.results.provenance import Provenance
 RUN_KIND = "run"
 LEGACY_RUN_SCHEMA = "1.0"
 """Run results written before artifacts had a ``kind`` carry only ``schema_version: "1.0"``."""
-
-_ARTIFACT_TYPES: dict[str, type[ArtifactHeader]] = {}
 
 
 def utc_now() -> datetime:
@@ -66,13 +65,6 @@ class ArtifactHeader(BaseModel):
     READABLE_SCHEMAS: ClassVar[tuple[str, ...] | None] = None
     """The schema versions this class reads; None: any (also artifacts written before they had one)."""
 
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        kind = cls.model_fields["kind"].default
-        if isinstance(kind, str):
-            _ARTIFACT_TYPES[kind] = cls
-
     @field_validator("started_utc", "finished_utc")
     @classmethod
     def _in_utc(cls, value: datetime | None) -> datetime | None:
@@ -120,11 +112,6 @@ class MeasuredArtifact(ArtifactHeader):
     backend: str
     precision: str
     provenance: Provenance
-
-
-def artifact_types() -> dict[str, type[ArtifactHeader]]:
-    """Artifact classes by kind, for those whose modules are imported."""
-    return dict(_ARTIFACT_TYPES)
 
 
 def artifact_kind(data: Any) -> str | None:

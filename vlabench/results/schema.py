@@ -7,7 +7,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from vlabench.analysis.cet import CostReport
 from vlabench.analysis.roofline import RooflineReport
@@ -146,6 +146,11 @@ class Optimization(Stored):
 
 
 class RunResult(ArtifactHeader):
+    """One run's result, assembled whole by ``results.assemble.assemble_result`` and frozen: a reader or writer that
+    wants another one makes a copy (``model_copy(update=...)``)."""
+
+    model_config = ConfigDict(frozen=True)
+
     kind: Literal["run"] = RUN_KIND
     schema_version: str = SCHEMA_VERSION
     run_id: str

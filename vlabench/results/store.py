@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, TypeVar
 from pydantic import ValidationError
 
 from vlabench.errors import InputError
-from vlabench.results.header import RUN_KIND, ArtifactHeader, artifact_kind, artifact_types, is_chrome_trace
+from vlabench.results.header import RUN_KIND, ArtifactHeader, artifact_kind, is_chrome_trace
 
 HEAD_BYTES = 4096
 _FIRST_KEY = re.compile(rb'\A\s*\{\s*"(kind|traceEvents)"\s*:\s*(?:"([A-Za-z0-9_.-]*)")?')
@@ -221,19 +221,3 @@ def validate_artifact(path: Path, data: Any, model: type[A], label: str | None =
         where = ".".join(map(str, first["loc"])) or "<root>"
         what = label or f"{model.model_fields['kind'].default} artifact"
         raise InputError(f"{path}: invalid {what} at {where}: {first['msg']}") from None
-
-
-def load_artifact(path: Path) -> ArtifactHeader:
-    """Any artifact, as the class of its kind (that class's module must be imported); its schema version must be
-    one the class reads (``READABLE_SCHEMAS``). Run results: ``schema.load_result`` returns a typed ``RunResult``."""
-    data = read_json(path)
-    kind = artifact_kind(data)
-    if kind is None:
-        raise InputError(f"{path}: not a vlabench artifact (no kind)")
-    model = artifact_types().get(kind)
-    if model is None:
-        raise InputError(f"{path}: unknown artifact kind {kind!r}")
-    problem = model.document_problem(data)
-    if problem is not None:
-        raise InputError(f"{path}: {problem}")
-    return validate_artifact(path, {**data, "kind": kind}, model)

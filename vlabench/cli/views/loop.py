@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from vlabench.cli.views.tables import titled_table
-from vlabench.commands.loop import LoopResult
+from vlabench.results.loop_artifact import LoopResult
 
 
 def loop_table(result: LoopResult) -> Table:

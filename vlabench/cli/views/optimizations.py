@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from vlabench.cli.views.tables import PlainTable
-from vlabench.commands.fidelity import FidelityReport
 from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.results.fidelity_artifact import FidelityReport
 
 
 def fidelity_tables(report: FidelityReport) -> list[Table]:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from vlabench.analysis.phase_summary import Activity
 from vlabench.cli.views.tables import FittedTable, titled_table
-from vlabench.commands.profile import ProfileResult
+from vlabench.results.profile_artifact import ProfileResult
 
 SOURCES = {
     "GPM": "NVML GPM, each phase repeated alone between samples",

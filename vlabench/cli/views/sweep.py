@@ -11,8 +11,8 @@ from rich.text import Text
 
 from vlabench.cli.views.console import safe
 from vlabench.cli.views.tables import PlainTable
-from vlabench.fleet.local_runner import RunRecord
 from vlabench.fleet.sweep_file import SweepRun, show_value
+from vlabench.results.sweep_record import RunRecord
 
 STATUS_STYLE = {"ok": "green", "invalid": "red", "failed": "bold red", "skipped": "dim"}
 
