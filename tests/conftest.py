@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -69,3 +71,70 @@ def runnable_params(reasons: dict[str, str | None]) -> list:
         pytest.param(path, marks=pytest.mark.skipif(reason is not None, reason=f"the {path} path cannot run: {reason}"))
         for path, reason in reasons.items()
     ]
+
+
+# Test tiers (markers registered in pyproject.toml; `python3 -m pytest -m unit` is the quick tier). A test is in the
+# browser tier when it drives chromium, ray when it starts a Ray cluster, gpu when it needs an NVIDIA GPU (it is
+# skipped without one); otherwise unit when its module is one of UNIT_MODULES (pieces tested on their own, each test
+# well under a second or two), else integration (real models through real runtimes, the CLI end to end, subprocesses).
+UNIT_MODULES = frozenset(
+    {
+        "test_architecture",
+        "test_artifacts",
+        "test_attention_gqa",
+        "test_caches",
+        "test_cet",
+        "test_cli_help",
+        "test_closed_loop",
+        "test_compare_validate",
+        "test_devices",
+        "test_device_profiles",
+        "test_docs_render",
+        "test_energy_meters",
+        "test_execution_gate",
+        "test_file_modes",
+        "test_fp8",
+        "test_fusion_overlap",
+        "test_hostile_numbers",
+        "test_hostile_yaml",
+        "test_input_pipeline",
+        "test_int8_attention",
+        "test_loader_properties",
+        "test_parity_transformers",
+        "test_percentile_intervals",
+        "test_precisions_and_cuda",
+        "test_projection",
+        "test_reduced_precision_families",
+        "test_reference_fallback",
+        "test_rotary_table",
+        "test_sampler_runner",
+        "test_sm_tracing",
+        "test_specs",
+        "test_system_state",
+    }
+)
+BROWSER_FIXTURES = frozenset({"browser", "index"})
+GPU_FIXTURES = frozenset({"nvml_gpu"})
+GPU_WORDS = ("CUDA", "TensorRT", "NVIDIA GPU")
+
+os.environ.setdefault("COLUMNS", "200")  # tables and messages about long temporary paths stay on one line
+
+
+def tier(item: pytest.Item) -> str:
+    module = item.path.stem
+    if BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "browser"
+    if module == "test_ray_sweep":
+        return "ray"
+    reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
+    needs_gpu = any(word in reason for reason in reasons for word in GPU_WORDS)
+    if item.get_closest_marker("gpu") or needs_gpu or GPU_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "gpu"
+    return "unit" if module in UNIT_MODULES else "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = tier(item)
+        if not item.get_closest_marker(name):
+            item.add_marker(getattr(pytest.mark, name))

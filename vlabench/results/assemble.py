@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import torch
@@ -27,7 +27,6 @@ from vlabench.measure.timing import Contender, EnergyWindows, Measurement
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
 from vlabench.results.provenance import collect_provenance
-from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.results.schema import (
     ControlVerdict,
     DeviceInfo,
@@ -38,6 +37,7 @@ from vlabench.results.schema import (
     RunResult,
     Timing,
 )
+from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.system_state import SystemState
 from vlabench.vocab import Phase

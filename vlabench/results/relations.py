@@ -9,6 +9,7 @@ message names the rule. Tolerances cover rounding and timer granularity, never a
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 from vlabench.analysis.cet import gate
@@ -282,7 +283,9 @@ def _cold_start_relations(result: RunResult) -> Problems:
         return found
     unknown = sorted(set(cold.stages) - set(STAGES))
     if unknown:
-        found.append(("cold_start.stages", f"stages of a preparation: {', '.join(unknown)} is none of {', '.join(STAGES)}"))
+        found.append(
+            ("cold_start.stages", f"stages of a preparation: {', '.join(unknown)} is none of {', '.join(STAGES)}")
+        )
     total = sum(stage.seconds for stage in cold.stages.values())
     if total > cold.prepare_s * (1 + RELATIVE) + ABSOLUTE_MS / 1000:
         found.append(
@@ -305,7 +308,9 @@ def _cold_start_relations(result: RunResult) -> Problems:
     if any(probed) and not all(probed):
         found.append(("cold_start.after_idle_ms", "an idle probe records its idle period and its latency together"))
     elif all(probed) and not (cold.idle_s >= 0 and math.isfinite(cold.after_idle_ms) and cold.after_idle_ms > 0):
-        found.append(("cold_start.after_idle_ms", f"{cold.after_idle_ms:g} ms after {cold.idle_s:g} s idle: impossible"))
+        found.append(
+            ("cold_start.after_idle_ms", f"{cold.after_idle_ms:g} ms after {cold.idle_s:g} s idle: impossible")
+        )
     return found
 
 
@@ -324,7 +329,7 @@ def _window_relations(result: RunResult) -> Problems:
     slack = 1e-9 * e2e.max + 1e-9
     for index, window in enumerate(held.windows):
         values = (e2e.min, window.p50, window.p99, window.max, e2e.max)
-        if not all(map(math.isfinite, values)) or any(a > b + slack for a, b in zip(values, values[1:])):
+        if not all(map(math.isfinite, values)) or any(a > b + slack for a, b in pairwise(values)):
             found.append(
                 (
                     f"sustained.windows.{index}",
@@ -335,6 +340,6 @@ def _window_relations(result: RunResult) -> Problems:
             break
     starts = [window.start_s for window in held.windows] + [sample.t_s for sample in held.sensors]
     times = [window.start_s for window in held.windows], [sample.t_s for sample in held.sensors]
-    if not all(map(math.isfinite, starts)) or any(a > b for series in times for a, b in zip(series, series[1:])):
+    if not all(map(math.isfinite, starts)) or any(a > b for series in times for a, b in pairwise(series)):
         found.append(("sustained", "time runs forward: windows and sensor readings must be in time order"))
     return found

@@ -86,7 +86,9 @@ class Sustained(Stored):
     throttling: list[str] = Field(description="what the sensors say changed: throttle events, clocks that fell")
 
 
-def latency_windows(starts_ns: list[int], samples_ms: list[float], began_ns: int, window_s: float) -> list[LatencyWindow]:
+def latency_windows(
+    starts_ns: list[int], samples_ms: list[float], began_ns: int, window_s: float
+) -> list[LatencyWindow]:
     """The inferences grouped by the window their start falls in; windows without one are left out."""
     grouped: dict[int, list[float]] = defaultdict(list)
     window_ns = max(1, round(window_s * 1e9))
