@@ -27,6 +27,7 @@ CHILD = textwrap.dedent(
     import json, resource, sys
     mode, settings = sys.argv[1], json.loads(sys.argv[2])
     import vlabench.commands.run as run
+    from vlabench.commands.run_output import save_result
     from vlabench.config import RunConfig
 
     chunk = settings.pop("chunk", None)
@@ -41,7 +42,7 @@ CHILD = textwrap.dedent(
     plans, _ = run.plan_runs(config)
     if mode == "run":
         for result in run.execute_many(plans):
-            run.save_result(result, config.out)
+            save_result(result, config.out)
     # VmHWM: this process's own high-water mark (ru_maxrss would carry the parent's from before exec)
     status = open("/proc/self/status").read()
     peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
