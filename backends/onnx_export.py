@@ -203,7 +203,7 @@ def _export_into(
     obs = synthetic_observation(spec, workload, seed, dtype, cpu)
     image_tokens = model.embed_images(obs.images)
     cache = model.prefill(obs, image_tokens)
-    graphs = graph_signatures(cache, obs, workload.sampler)
+    graphs = graph_signatures(cache, obs, workload.action_loop)
     names = cache_fields(cache)
     tensors = [getattr(cache, name) for name in names]
     if "decode" in graphs:

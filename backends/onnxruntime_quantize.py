@@ -32,7 +32,7 @@ from vlabench.atomic import publish_folder, staging_folder
 from vlabench.backends.base import GraphPolicy
 from vlabench.backends.onnx_export import ExportedModel, cache_root
 from vlabench.errors import InputError
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
@@ -173,7 +173,7 @@ def calibration_feeds(fp32: GraphPolicy, spec: ModelSpec, workload: Workload, se
 
     fp32.run_graph = recording
     cpu = torch.device("cpu")
-    sampler = make_sampler(spec, workload, cpu, None)
+    sampler = make_action_loop(spec, workload, cpu, None)
     for offset in CALIBRATION_SEEDS:
         obs = synthetic_observation(spec, workload, seed + offset, torch.float32, cpu)
         noise = initial_noise(workload, seed + offset, torch.float32, cpu)

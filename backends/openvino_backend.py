@@ -34,7 +34,7 @@ from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.hardware.isa_cap import active_cap
 from vlabench.hardware.targets import ExecutionTarget, openvino_engine
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.cold_start import stage
 from vlabench.measure.policy import NodeEvent, PreparedPolicy
 from vlabench.models.specs import ModelSpec
@@ -352,7 +352,7 @@ class OpenVinoBackend(Backend):
         compiled = {graph: self.core.compile_model(str(source.xml(graph)), "CPU", config) for graph in exported.graphs}
         policy = OpenVinoPolicy(compiled, torch.float32, {}, exported.graphs, load_cache_class(exported.cache_class))
         policy.recorded = {}
-        sampler = make_sampler(spec, workload, cpu)
+        sampler = make_action_loop(spec, workload, cpu)
         for seed in range(first, first + count):
             obs = synthetic_observation(spec, workload, seed, torch.float32, cpu)
             sampler.sample(policy, policy.prefix(obs), initial_noise(workload, seed, torch.float32, cpu))

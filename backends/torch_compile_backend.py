@@ -20,7 +20,7 @@ from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
-from vlabench.measure.action_loops import ActionLoop, EulerSampler, make_sampler
+from vlabench.measure.action_loops import ActionLoop, EulerLoop, make_action_loop
 from vlabench.measure.cold_start import stage
 from vlabench.models.replicas import Observation, PrefixCache
 from vlabench.models.specs import ModelSpec
@@ -76,7 +76,7 @@ def _clone(value: Any) -> Any:
 class FusedDenoiseLoop:
     """All Euler steps captured as one CUDA graph over static noise and prefix-cache buffers."""
 
-    def __init__(self, denoise: Callable, sampler: EulerSampler, cache: PrefixCache, noise: Tensor) -> None:
+    def __init__(self, denoise: Callable, sampler: EulerLoop, cache: PrefixCache, noise: Tensor) -> None:
         self.noise = noise.clone()
         self.cache = _copy_cache(cache)
         stepper = SimpleNamespace(denoise_step=denoise)
@@ -217,7 +217,7 @@ class CompiledPolicy(PreparedPolicy):
 
     @torch.inference_mode()
     def sample_fused(self, cache: PrefixCache, noise: Tensor) -> Tensor:
-        """All denoising steps as one CUDA graph replay; the same result as ``EulerSampler.sample`` on this policy."""
+        """All denoising steps as one CUDA graph replay; the same result as ``EulerLoop.sample`` on this policy."""
         if self.fused is None:
             self.capture_fused(cache, noise)
         return self.fused(cache, noise)
@@ -294,9 +294,11 @@ class TorchCompileBackend(Backend):
     ) -> CompiledPolicy:
         """Build the replica, compile all three phases now and, if asked (CUDA only), capture the fused loop."""
         dtype = Precision.dtype(precision)
-        if self.fuse_denoise_loop and workload.sampler != "euler":
-            raise UnavailableError(f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.sampler}")
-        sampler = make_sampler(spec, workload, device)
+        if self.fuse_denoise_loop and workload.action_loop != "euler":
+            raise UnavailableError(
+                f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.action_loop}"
+            )
+        sampler = make_action_loop(spec, workload, device)
         model, quantization = build_torch_replica(spec, seed, precision, device, self.quant_scheme)
         hoister = ExpertKVHoister(model, workload.suffix_tokens, joint_buffers=False) if self.fuse_expert_kv else None
         policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization, hoister=hoister)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from vlabench.backends import get_backend
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.timing import RunnerSettings, measure
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -35,7 +35,7 @@ def main() -> None:
     workload = Workload.from_spec(spec)
     cpu = torch.device("cpu")
     policy = get_backend("torch").prepare(spec, workload, cpu, "fp32", seed=0)
-    sampler = EulerSampler(workload.steps, workload.batch, cpu)
+    sampler = EulerLoop(workload.steps, workload.batch, cpu)
     obs = synthetic_observation(spec, workload, 0, torch.float32, cpu)
     noise = initial_noise(workload, 0, torch.float32, cpu)
     settings = RunnerSettings(warmup=1, min_iterations=args.block, min_duration_s=0, max_iterations=args.block)

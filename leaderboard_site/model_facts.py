@@ -59,9 +59,9 @@ def model_facts(spec: ModelSpec) -> dict[str, Any]:
     backbone, action_head = spec.summary
     height, width = spec.image_shape
     steps = workload.steps
-    if workload.sampler in ("euler", "ddpm", "ddim"):
+    if workload.action_loop in ("euler", "ddpm", "ddim"):
         calls = _plural(steps, "denoising step")
-    elif workload.sampler == "greedy_decode":
+    elif workload.action_loop == "greedy_decode":
         calls = _plural(steps, "decode step")
     else:
         calls = "one call"
@@ -81,7 +81,7 @@ def model_facts(spec: ModelSpec) -> dict[str, Any]:
     return {
         "backbone": backbone,
         "action_head": action_head,
-        "action_loop": f"{SAMPLER_LABELS.get(workload.sampler, workload.sampler)}: {calls} per chunk",
+        "action_loop": f"{SAMPLER_LABELS.get(workload.action_loop, workload.action_loop)}: {calls} per chunk",
         "chunk": (
             f"{_plural(workload.chunk, 'action')} of {workload.action_dim} dims per chunk, "
             f"{workload.actions_per_chunk} executed"

@@ -3,7 +3,7 @@ tests share (``test_quantized_runtimes``, ``test_amx_int8``, ``test_fp8``)."""
 
 import torch
 
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.correctness import TOLERANCES, compare, reference_actions
 
 CPU = torch.device("cpu")
@@ -15,7 +15,7 @@ def run_against_reference(policy, name, tiny_inputs, precision):
     """The policy's action chunk, the gate's verdict at ``precision`` (when it has a tolerance) and, for token
     models, the share of action tokens equal to the reference's (equal bins are equal tokens)."""
     spec, workload, obs, noise = tiny_inputs(name)
-    sampler = make_sampler(spec, workload, CPU, None)
+    sampler = make_action_loop(spec, workload, CPU, None)
     with torch.inference_mode():
         actions = sampler.sample(policy, policy.prefix(obs), noise)
     reference = reference_actions(spec, workload, 0, obs, noise, CPU)

@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.models.checkpoints import lerobot_name
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
@@ -41,7 +41,7 @@ def write_checkpoint(name: str, seed: int, folder) -> None:
 
 def error_as_run_executes(model: str, schedule) -> float:
     """The worst relative error of ``schedule`` over the calibration's 2 observations, each run as `vlabench run`
-    runs it: one observation, the spec's own action loop from ``make_sampler``."""
+    runs it: one observation, the spec's own action loop from ``make_action_loop``."""
     spec = load_model_spec(model)
     workload = Workload.from_spec(spec)
     replica = build_replica(spec, 0, torch.float32, CPU)
@@ -51,8 +51,8 @@ def error_as_run_executes(model: str, schedule) -> float:
             obs = synthetic_observation(spec, workload, seed, torch.float32, CPU)
             noise = initial_noise(workload, seed, torch.float32, CPU)
             cache = replica.prefix(obs)
-            exact = make_sampler(spec, workload, CPU).sample(replica, cache, noise)
-            actions = make_sampler(spec, workload, CPU, schedule).sample(replica, cache, noise)
+            exact = make_action_loop(spec, workload, CPU).sample(replica, cache, noise)
+            actions = make_action_loop(spec, workload, CPU, schedule).sample(replica, cache, noise)
             errors.append(action_error(actions, exact, noise).relative)
     return max(errors)
 

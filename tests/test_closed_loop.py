@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import vlabench.optimizations.closed_loop.train as train_module
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.dp_cache import parse_schedule
 from vlabench.optimizations.closed_loop import (
     SmallFlowPolicy,
@@ -63,7 +63,7 @@ def test_prefix_and_denoise_shapes():
     assert cache.valid.shape == (5, 3)
     velocity = policy.denoise_step(torch.randn(5, 8, 2), torch.rand(5), cache)
     assert velocity.shape == (5, 8, 2)
-    actions = EulerSampler(10, 5, torch.device("cpu")).sample(policy, cache, torch.randn(5, 8, 2))
+    actions = EulerLoop(10, 5, torch.device("cpu")).sample(policy, cache, torch.randn(5, 8, 2))
     assert actions.shape == (5, 8, 2) and torch.isfinite(actions).all()
 
 

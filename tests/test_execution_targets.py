@@ -20,7 +20,7 @@ from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.hardware.devices import all_profiles, load_device_profile
 from vlabench.hardware.targets import ENGINE_OF_OPENVINO_DEVICE, ENGINE_OF_TORCH_TYPE, ExecutionTarget, profile_engine
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.measure.timing import plain_inference
 
@@ -235,7 +235,7 @@ def test_io_binding_returns_the_same_actions_as_host_round_trips():
     sessions = {graph: CountingSession(session) for graph, session in host.sessions.items()}
     bound = type(host)(sessions, host.device, host._details, host.graphs, host.cache_type, bind_device=True)
     obs, noise = seeded_inputs(plan, "fp32")[0]
-    sampler = make_sampler(plan.spec, plan.workload, plan.device.torch_device)
+    sampler = make_action_loop(plan.spec, plan.workload, plan.device.torch_device)
     expected = plain_inference(host, sampler, obs, noise)
     plain_inference(bound, sampler, obs, noise)  # learns each graph's output shapes
     learned = {graph: session.host_runs for graph, session in sessions.items()}

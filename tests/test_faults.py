@@ -31,7 +31,7 @@ from vlabench.cli.app import app
 from vlabench.commands.run_output import save_result
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore, run_child
+from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore, run_subprocess
 from vlabench.fleet.ray_dispatch import probe_address
 from vlabench.fleet.sweep_file import expand, parse_sweep
 from vlabench.results.schema import RunResult, load_result
@@ -291,7 +291,7 @@ def test_a_work_folder_of_a_killed_remote_run_is_removed_from_the_system_temp(tm
     (stale / "run.yaml").write_text("{}")
     mine = tmp_path / f"vlabench-sweep-{os.getpid()}-running"
     mine.mkdir()
-    outcome = run_child(RunConfig(), 30, [sys.executable, "-c", "pass"])
+    outcome = run_subprocess(RunConfig(), 30, [sys.executable, "-c", "pass"])
     assert outcome.status == "failed"  # no result file: what matters is the cleanup
     assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
 

@@ -14,7 +14,7 @@ import vlabench.optimizations.closed_loop.train as train_module
 from vlabench.cli.app import app
 from vlabench.kernels import amx_int8
 from vlabench.kernels.amx_int8 import Int8Linear
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.optimizations.closed_loop import TrainConfig, success_rate
 from vlabench.optimizations.closed_loop.precision import (
     PRECISIONS,
@@ -45,7 +45,7 @@ def chunk(policy, obs, noise):
     dtype = policy.obs_mean.dtype
     with torch.inference_mode():
         cache = policy.prefix(obs.to(dtype))
-        return EulerSampler(policy.steps, 1, CPU).sample(policy, cache, noise.to(dtype)).float()
+        return EulerLoop(policy.steps, 1, CPU).sample(policy, cache, noise.to(dtype)).float()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.optimizations.fusion import FusionLoop
 
 CPU = torch.device("cpu")
@@ -53,9 +53,7 @@ class SleepingExpert:
 
 def run_cycles(concurrent):
     prefix, expert = SleepingPrefix(), SleepingExpert()
-    loop = FusionLoop(
-        prefix, expert, EulerSampler(STEPS, 1, CPU), lambda: None, STALE_STEPS, CPU, concurrent=concurrent
-    )
+    loop = FusionLoop(prefix, expert, EulerLoop(STEPS, 1, CPU), lambda: None, STALE_STEPS, CPU, concurrent=concurrent)
     try:
         spans = [loop.cycle(observation, torch.zeros(1, 4, 2))[1] for observation in range(CYCLES)]
     finally:

@@ -20,8 +20,8 @@ from vlabench.cli.app import app
 from vlabench.commands.run import execute_many, plan_run, plan_runs
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
-from vlabench.measure.action_loops import make_sampler
-from vlabench.measure.ddpm_loop import DiffusionSampler
+from vlabench.measure.action_loops import make_action_loop
+from vlabench.measure.ddpm_loop import DiffusionLoop
 from vlabench.models.checkpoints import lerobot_name, load_checkpoint
 from vlabench.models.replicas import build_replica, count_parameters, replica_class
 from vlabench.models.replicas.decoder import TextDecoder
@@ -163,7 +163,7 @@ def test_ddpm_and_ddim_recover_the_clean_chunk_from_an_exact_noise_predictor(sch
     action = DiffusionActionSpec(
         chunk=8, actions_per_chunk=8, steps=steps, action_dim=2, state_dim=2, scheduler=scheduler, train_timesteps=20
     )
-    sampler = DiffusionSampler(action, steps, (1, 8, 2), CPU)
+    sampler = DiffusionLoop(action, steps, (1, 8, 2), CPU)
     clean = torch.rand(1, 8, 2) * 1.6 - 0.8
     noise = torch.randn(1, 8, 2, generator=torch.Generator().manual_seed(1))
     result = sampler.sample(OracleNoise(clean, sampler.alphas), None, noise)
@@ -193,7 +193,7 @@ def test_greedy_decoding_with_the_kv_buffers_equals_recomputing_the_whole_sequen
     workload = Workload.from_spec(spec)
     model = build_replica(spec, 0, torch.float32, CPU)
     obs = synthetic_observation(spec, workload, 0, torch.float32, CPU)
-    decoder = make_sampler(spec, workload, CPU)
+    decoder = make_action_loop(spec, workload, CPU)
     with torch.no_grad():
         cache = model.prefix(obs)
         chosen = [cache.logits.argmax(-1)]
@@ -271,10 +271,10 @@ def test_a_lerobot_checkpoint_reproduces_the_source_modules_actions(name, tmp_pa
     obs = synthetic_observation(plan.spec, workload, 0, torch.float32, CPU)
     noise = initial_noise(workload, 0, torch.float32, CPU)
     with torch.no_grad():
-        expected = make_sampler(plan.spec, workload, CPU).sample(source, source.prefix(obs), noise)
-        got = make_sampler(plan.spec, workload, CPU).sample(loaded, loaded.prefix(obs), noise)
+        expected = make_action_loop(plan.spec, workload, CPU).sample(source, source.prefix(obs), noise)
+        got = make_action_loop(plan.spec, workload, CPU).sample(loaded, loaded.prefix(obs), noise)
         seeded = build_replica(load_model_spec(name), seed=0, dtype=torch.float32, device=CPU)
-        unloaded = make_sampler(plan.spec, workload, CPU).sample(seeded, seeded.prefix(obs), noise)
+        unloaded = make_action_loop(plan.spec, workload, CPU).sample(seeded, seeded.prefix(obs), noise)
     assert torch.equal(got, expected)
     assert not torch.equal(unloaded, expected)
 

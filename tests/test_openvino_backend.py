@@ -8,7 +8,7 @@ from vlabench.backends.base import BackendOptions
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 
 pytest.importorskip("openvino")
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def actions(policy, workload, obs, noise) -> torch.Tensor:
-    return EulerSampler(workload.steps, 1, CPU).sample(policy, policy.prefix(obs), noise)
+    return EulerLoop(workload.steps, 1, CPU).sample(policy, policy.prefix(obs), noise)
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)

@@ -11,7 +11,7 @@ from vlabench.backends import openvino_quantize
 from vlabench.backends.openvino_backend import OpenVinoBackend
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import cpu_has_native_bf16
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.correctness import compare, reference_actions
 
 pytest.importorskip("openvino")
@@ -30,7 +30,7 @@ def gate(tiny_inputs, name, precision, backend=None, input_dtype=torch.float32):
     reference = reference_actions(spec, workload, 0, obs, noise, CPU)
     _, _, run_obs, run_noise = tiny_inputs(name, dtype=input_dtype)
     policy = (backend or OpenVinoBackend()).prepare(spec, workload, CPU, precision, seed=0)
-    actions = make_sampler(spec, workload, CPU).sample(policy, policy.prefix(run_obs), run_noise)
+    actions = make_action_loop(spec, workload, CPU).sample(policy, policy.prefix(run_obs), run_noise)
     return compare(actions, reference, run_noise, precision), policy.details()
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from vlabench.backends import BackendOptions, get_backend
 from vlabench.cli.app import app
 from vlabench.errors import InputError
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule, segment_schedule
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -61,18 +61,18 @@ def test_dp_cache_skips_expert_calls_and_reuses_the_latest_velocity():
     cache = policy.prefix(obs)
     schedule = parse_schedule("{0,1,2,6,8,9}", workload.steps)
     counting = Counting(policy)
-    actions = EulerSampler(workload.steps, 1, CPU, schedule).sample(counting, cache, noise)
+    actions = EulerLoop(workload.steps, 1, CPU, schedule).sample(counting, cache, noise)
     assert len(counting.calls) == 6 and counting.calls[3] == pytest.approx(1 - 6 / workload.steps)
     # by hand: steps 3, 4, 5 reuse step 2's velocity, step 7 reuses step 6's
-    sampler, x, velocity = EulerSampler(workload.steps, 1, CPU), noise, None
+    sampler, x, velocity = EulerLoop(workload.steps, 1, CPU), noise, None
     for index, t in enumerate(sampler.times):
         if index in schedule.computed:
             velocity = policy.denoise_step(x, t, cache)
         x = x + sampler.dt * velocity
     assert torch.equal(actions, x)
     full = DPCacheSchedule(steps=workload.steps, computed=tuple(range(workload.steps)))
-    exact = EulerSampler(workload.steps, 1, CPU).sample(policy, cache, noise)
-    assert torch.equal(EulerSampler(workload.steps, 1, CPU, full).sample(policy, cache, noise), exact)
+    exact = EulerLoop(workload.steps, 1, CPU).sample(policy, cache, noise)
+    assert torch.equal(EulerLoop(workload.steps, 1, CPU, full).sample(policy, cache, noise), exact)
     assert not torch.equal(actions, exact)
 
 
@@ -82,7 +82,7 @@ def test_expert_kv_fusion_is_bit_exact(name):
     _, _, fused = tiny_policy(name, fuse=True)
     for seed in range(3):  # the double-buffered static K/V must hold across inferences
         obs, noise = inputs(spec, workload, seed)
-        sampler = EulerSampler(workload.steps, 1, CPU)
+        sampler = EulerLoop(workload.steps, 1, CPU)
         assert torch.equal(
             sampler.sample(fused, fused.prefix(obs), noise), sampler.sample(plain, plain.prefix(obs), noise)
         )
@@ -102,7 +102,7 @@ def test_fusion_loop_threads_match_the_sequential_arithmetic(fuse):
     outputs = {}
     for concurrent in (False, True):
         loop = FusionLoop(
-            policy.prefix, policy, EulerSampler(workload.steps, 1, CPU), policy.synchronize, 5, CPU, concurrent
+            policy.prefix, policy, EulerLoop(workload.steps, 1, CPU), policy.synchronize, 5, CPU, concurrent
         )
         outputs[concurrent] = [loop.cycle(obs, noise) for obs, noise in sequence]
         loop.close()
@@ -115,11 +115,11 @@ def test_fusion_loop_threads_match_the_sequential_arithmetic(fuse):
 
 def test_fusion_with_zero_stale_steps_is_the_exact_loop():
     spec, workload, policy = tiny_policy()
-    loop = FusionLoop(policy.prefix, policy, EulerSampler(workload.steps, 1, CPU), policy.synchronize, 0, CPU)
+    loop = FusionLoop(policy.prefix, policy, EulerLoop(workload.steps, 1, CPU), policy.synchronize, 0, CPU)
     for seed in range(2):
         obs, noise = inputs(spec, workload, seed)
         actions, _ = loop.cycle(obs, noise)
-        assert torch.equal(actions, EulerSampler(workload.steps, 1, CPU).sample(policy, policy.prefix(obs), noise))
+        assert torch.equal(actions, EulerLoop(workload.steps, 1, CPU).sample(policy, policy.prefix(obs), noise))
     loop.close()
 
 
@@ -215,7 +215,7 @@ def test_loops_sharing_a_fused_policy_keep_their_own_static_buffers():
     sequence = [inputs(spec, workload, seed) for seed in range(4)]
 
     def fused_actions(policy):
-        sampler = EulerSampler(workload.steps, 1, CPU)
+        sampler = EulerLoop(workload.steps, 1, CPU)
         exact = FusionLoop(policy.prefix_lane(), policy, sampler, policy.synchronize, 0, CPU, concurrent=False)
         stale = FusionLoop(policy.prefix_lane(), policy, sampler, policy.synchronize, 5, CPU, concurrent=False)
         chunks = []

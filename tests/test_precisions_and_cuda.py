@@ -6,7 +6,7 @@ from vlabench.backends import get_backend
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
@@ -23,7 +23,7 @@ def sample_actions(name: str, precision: str, device: torch.device) -> torch.Ten
     policy = get_backend("torch").prepare(spec, workload, device, precision, seed=0)
     obs = synthetic_observation(spec, workload, 0, dtype, device)
     noise = initial_noise(workload, 0, dtype, device)
-    return EulerSampler(workload.steps, 1, device).sample(policy, policy.prefix(obs), noise).float().cpu()
+    return EulerLoop(workload.steps, 1, device).sample(policy, policy.prefix(obs), noise).float().cpu()
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)

@@ -1,4 +1,5 @@
-"""vlabench profile: samplers on recorded and live data, the Chrome trace, per-phase summaries, runtime node events."""
+"""vlabench profile: utilization counters on recorded and live data, the Chrome trace, per-phase summaries, runtime
+node events."""
 
 import itertools
 import json

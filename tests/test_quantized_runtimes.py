@@ -9,7 +9,7 @@ import torch
 
 from vlabench.analysis.memory import check_fits, estimate_footprint
 from vlabench.errors import InputError, InsufficientMemoryError
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.correctness import compare, reference_actions
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
@@ -52,7 +52,7 @@ def test_torch_int4_differs_from_fp32_but_stays_close(tiny_inputs):
     policy = TorchBackend().prepare(*tiny_inputs("pi0-tiny")[:2], CPU, "int4", 0)
     spec, workload, obs, noise = tiny_inputs("pi0-tiny")
     with torch.inference_mode():
-        actions = make_sampler(spec, workload, CPU, None).sample(policy, policy.prefix(obs), noise)
+        actions = make_action_loop(spec, workload, CPU, None).sample(policy, policy.prefix(obs), noise)
     verdict = compare(actions, reference_actions(spec, workload, 0, obs, noise, CPU), noise, "bf16")
     assert verdict.max_abs_error > 0
     assert verdict.displacement_cosine > 0.9

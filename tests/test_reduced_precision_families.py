@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vlabench.backends.torch_backend import TorchPolicy
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.timing import plain_inference
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec, model_names
@@ -24,7 +24,7 @@ def test_a_reduced_precision_inference_runs_and_is_finite(name, precision):
     model = build_replica(spec, 0, precision, cpu)
     obs = synthetic_observation(spec, workload, 0, precision, cpu)
     noise = initial_noise(workload, 0, precision, cpu)
-    actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
+    actions = plain_inference(TorchPolicy(model, cpu), make_action_loop(spec, workload, cpu), obs, noise)
     assert actions.shape[0] == workload.batch and torch.isfinite(actions.float()).all()
 
 
@@ -35,7 +35,7 @@ def test_the_flow_experts_predict_the_chunk_the_workload_asks_for(name):
     model = build_replica(spec, 0, torch.float32, cpu)
     obs = synthetic_observation(spec, workload, 0, torch.float32, cpu)
     noise = initial_noise(workload, 0, torch.float32, cpu)
-    actions = plain_inference(TorchPolicy(model, cpu), make_sampler(spec, workload, cpu), obs, noise)
+    actions = plain_inference(TorchPolicy(model, cpu), make_action_loop(spec, workload, cpu), obs, noise)
     assert actions.shape == noise.shape and actions.shape[1] == spec.action.chunk + 3
 
 

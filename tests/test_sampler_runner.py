@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vlabench.backends import get_backend
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.stats import summarize
 from vlabench.measure.timing import RunnerSettings, SpanRecorder, measure
 from vlabench.vocab import Phase
@@ -25,7 +25,7 @@ class ConstantVelocity:
 def test_euler_sampler_integrates_from_one_to_zero():
     policy = ConstantVelocity(2.0)
     noise = torch.zeros(1, 4, 3)
-    actions = EulerSampler(steps=4, batch=1, device=torch.device("cpu")).sample(policy, None, noise)
+    actions = EulerLoop(steps=4, batch=1, device=torch.device("cpu")).sample(policy, None, noise)
     assert torch.allclose(actions, torch.full_like(noise, -2.0))
     assert policy.times == pytest.approx([1.0, 0.75, 0.5, 0.25])
 
@@ -38,7 +38,7 @@ def test_sampler_reports_each_step_to_the_span_callback():
         seen.append(index)
         return recorder.span(Phase.step_span(index))
 
-    EulerSampler(steps=3, batch=1, device=torch.device("cpu")).sample(
+    EulerLoop(steps=3, batch=1, device=torch.device("cpu")).sample(
         ConstantVelocity(0.0), None, torch.zeros(1, 2, 2), span
     )
     assert seen == [0, 1, 2]
@@ -71,7 +71,7 @@ def test_summarize_statistics():
 def prepared_tiny(tiny_inputs):
     spec, workload, obs, noise = tiny_inputs("smolvla-tiny")
     policy = get_backend("torch").prepare(spec, workload, torch.device("cpu"), "fp32", seed=0)
-    return policy, EulerSampler(workload.steps, 1, torch.device("cpu")), [(obs, noise)]
+    return policy, EulerLoop(workload.steps, 1, torch.device("cpu")), [(obs, noise)]
 
 
 def test_measure_honours_minimum_iterations(prepared_tiny):

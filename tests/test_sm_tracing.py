@@ -391,7 +391,7 @@ class StandInPolicy:
 
 def test_the_profiles_gpm_pass_repeats_each_phase_and_records_the_method(monkeypatch):
     from vlabench.commands import profile as command
-    from vlabench.measure.action_loops import EulerSampler
+    from vlabench.measure.action_loops import EulerLoop
 
     clock = StandInClock()
     results = [{"between": f"read {i + 1} to {i + 2}", "values": {"2": 10.0 + i}} for i in range(9)]
@@ -400,7 +400,7 @@ def test_the_profiles_gpm_pass_repeats_each_phase_and_records_the_method(monkeyp
         return run_gpm_pass(workloads, index, window_s, windows, nvml=StandInNvml(results), clock=clock)
 
     monkeypatch.setattr(command, "run_gpm_pass", stand_in_pass)
-    policy, sampler = StandInPolicy(clock), EulerSampler(10, 1, torch.device("cpu"))
+    policy, sampler = StandInPolicy(clock), EulerLoop(10, 1, torch.device("cpu"))
     inputs = [("obs", torch.zeros(1, 4, 2))]
     traced = SmTracing()
     record, measured = command._gpm_pass(

@@ -18,7 +18,7 @@ from vlabench.cli.app import app
 from vlabench.commands.run import plan_run, prepare_checked
 from vlabench.commands.run_pass import iteration_cap, runner_settings
 from vlabench.config import RunConfig
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.cold_start import STAGES, StageClock, TimedStage, recording, stage, timed_preparation
 from vlabench.measure.stats import P99_BOUND_SAMPLES
 from vlabench.measure.timing import Contender, RunnerSettings, measure_interleaved
@@ -244,7 +244,7 @@ def test_duration_accepts_the_count_settings_at_their_defaults():
 def tiny_contender(tiny_inputs) -> Contender:
     spec, workload, obs, noise = tiny_inputs("smolvla-tiny")
     policy = get_backend("torch").prepare(spec, workload, CPU, "fp32", seed=0)
-    return Contender(policy, EulerSampler(workload.steps, 1, CPU), [(obs, noise)])
+    return Contender(policy, EulerLoop(workload.steps, 1, CPU), [(obs, noise)])
 
 
 def test_measure_interleaved_stops_at_max_duration(tiny_contender):

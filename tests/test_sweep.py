@@ -25,8 +25,8 @@ from vlabench.fleet.local_runner import (
     STAGED_SUFFIX,
     SweepStore,
     execute_sweep,
-    run_child,
     run_locally,
+    run_subprocess,
 )
 from vlabench.fleet.sweep_file import SweepFile, expand, parse_sweep, run_key
 from vlabench.results.aggregate import load_results
@@ -161,7 +161,7 @@ def test_a_crashing_hanging_or_failing_child_becomes_a_failed_outcome_with_its_r
     pid_file = tmp_path / "grandchild.pid"
     monkeypatch.setenv("CRASH_MODE", mode)
     monkeypatch.setenv("CHILD_PID_FILE", str(pid_file))
-    outcome = run_child(RunConfig(), timeout_s=3 if mode == "hang" else 60, command=[sys.executable, str(script)])
+    outcome = run_subprocess(RunConfig(), timeout_s=3 if mode == "hang" else 60, command=[sys.executable, str(script)])
     assert outcome.status == "failed" and outcome.result_text is None
     if mode == "segfault":
         assert outcome.reason.startswith("killed by SIGSEGV")

@@ -18,7 +18,7 @@ from vlabench.backends.tensorrt_backend import (
 )
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.errors import UnavailableError
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.vocab import Precision
@@ -107,7 +107,7 @@ def test_parse_errors_are_listed():
 def sample(policy, spec, workload, dtype):
     obs = synthetic_observation(spec, workload, 0, dtype, CUDA)
     noise = initial_noise(workload, 0, dtype, CUDA)
-    return EulerSampler(workload.steps, workload.batch, CUDA).sample(policy, policy.prefix(obs), noise).float()
+    return EulerLoop(workload.steps, workload.batch, CUDA).sample(policy, policy.prefix(obs), noise).float()
 
 
 @needs_tensorrt

@@ -6,7 +6,7 @@ from vlabench.backends.base import BackendOptions
 from vlabench.backends.torch_backend import TorchBackend
 from vlabench.backends.torch_compile_backend import COMPILE_MODES, CPU_INFERENCE, CompiledPolicy, TorchCompileBackend
 from vlabench.errors import InputError, UnavailableError
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
@@ -18,7 +18,7 @@ needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"torch-compile
 def sample(policy, spec, workload, device, seed=0):
     obs = synthetic_observation(spec, workload, seed, torch.float32, device)
     noise = initial_noise(workload, seed, torch.float32, device)
-    return EulerSampler(workload.steps, workload.batch, device).sample(policy, policy.prefix(obs), noise)
+    return EulerLoop(workload.steps, workload.batch, device).sample(policy, policy.prefix(obs), noise)
 
 
 def assert_matches(actions, reference):
@@ -106,7 +106,7 @@ def test_fused_loop_is_refused_off_cuda():
     assert TorchCompileBackend().unavailable_reason(cpu) is None
     spec = load_model_spec("smolvla-tiny")
     workload = Workload.from_spec(spec)
-    policy = CompiledPolicy(build_replica(spec, 0, torch.float32, cpu), cpu, "default", EulerSampler(2, 1, cpu))
+    policy = CompiledPolicy(build_replica(spec, 0, torch.float32, cpu), cpu, "default", EulerLoop(2, 1, cpu))
     with pytest.raises(UnavailableError, match="CUDA graph"):
         policy.sample_fused(None, initial_noise(workload, 0, torch.float32, cpu))
 
@@ -133,7 +133,7 @@ def test_fused_cuda_graph_loop_matches_the_unfused_compiled_loop(mode):
     policy = TorchCompileBackend(mode, fuse_denoise_loop=True).prepare(spec, workload, cuda, "fp32", seed=0)
     details = policy.details()
     assert details["fused_denoise_loop"] is True and details["fused_capture_s"] > 0
-    sampler = EulerSampler(workload.steps, workload.batch, cuda)
+    sampler = EulerLoop(workload.steps, workload.batch, cuda)
     results = []
     for seed in (1, 2):  # inputs other than the captured ones, copied into the static buffers
         obs = synthetic_observation(spec, workload, seed, torch.float32, cuda)

@@ -126,7 +126,7 @@ def _trace(spec: ModelSpec, workload: Workload, precision: str) -> list[Operator
         cache = model.prefill(obs, tokens)
         recorder.mark([value for value in vars(cache).values() if isinstance(value, torch.Tensor)], "cache")
         recorder.phase = "denoise_step"
-        if workload.sampler == "greedy_decode":
+        if workload.action_loop == "greedy_decode":
             model.decode_step(torch.zeros(workload.batch, 1, dtype=torch.long, device=meta), cache)
         else:
             model.denoise_step(noise, torch.ones(workload.batch, device=meta), cache)

@@ -113,7 +113,7 @@ def _trace(spec: ModelSpec, workload: Workload, precision: str) -> dict[ModelPha
         counter.phase = "prefill"
         cache = model.prefill(obs, tokens)
         counter.phase = "denoise_step"
-        if workload.sampler == "greedy_decode":
+        if workload.action_loop == "greedy_decode":
             model.decode_step(torch.zeros(workload.batch, 1, dtype=torch.long, device=meta), cache)
         else:
             model.denoise_step(noise, torch.ones(workload.batch, device=meta), cache)

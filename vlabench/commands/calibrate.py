@@ -62,9 +62,9 @@ def plan_target(
         raise InputError(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg']}") from None
     plan = plan_run(config)
     action, steps = plan.spec.action, plan.workload.steps
-    if plan.workload.sampler in ("ddpm", "ddim") and steps > action.train_timesteps:
+    if plan.workload.action_loop in ("ddpm", "ddim") and steps > action.train_timesteps:
         raise InputError(f"{model} was trained with {action.train_timesteps} timesteps: --steps must not exceed it")
-    if plan.workload.sampler == "ddpm" and steps != action.train_timesteps:
+    if plan.workload.action_loop == "ddpm" and steps != action.train_timesteps:
         raise InputError(f"DDPM runs every training timestep: --steps must be {action.train_timesteps} for {model}")
     return plan
 

@@ -32,7 +32,7 @@ def model_rows() -> list[dict[str, Any]]:
                 "prefix_tokens": workload.prefix_tokens,
                 "backbone": spec.summary[0],
                 "action_head": spec.summary[1],
-                "sampler": workload.sampler,
+                "action_loop": workload.action_loop,
                 "steps": workload.steps,
                 "chunk": workload.chunk,
             }

@@ -17,7 +17,7 @@ from vlabench.commands.run import plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.stats import summarize
 from vlabench.models.workload import initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
@@ -40,7 +40,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
         name: FusionLoop(
             policy.prefix_lane(),
             policy,
-            make_sampler(plan.spec, plan.workload, target, plan.schedule),
+            make_action_loop(plan.spec, plan.workload, target, plan.schedule),
             policy.synchronize,
             steps,
             target,

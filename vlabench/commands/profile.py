@@ -2,7 +2,7 @@
 and a per-phase summary with the roofline verdict.
 
 Passes, in order, each recorded in the result: ``ceilings`` (GEMM and bandwidth micro-benchmarks), ``trace``
-(phase spans + counter samplers, nothing else: its durations feed the summary), on GPUs with NVML GPM ``gpm``
+(phase spans + utilization counters, nothing else: its durations feed the summary), on GPUs with NVML GPM ``gpm``
 (each phase repeated on its own between GPM samples, ``telemetry/gpm.py``) and, for ONNX Runtime / OpenVINO, with
 ``--kernels`` or on any CUDA GPU, ``operators`` (the runtime's per-node profiler and/or the torch profiler, which
 perturb timing; its CUDA kernel records give the kernel-derived SM coverage, ``analysis/sm_coverage.py``). Energy
@@ -122,7 +122,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         precision=plan.precision,
         workload=plan.workload,
         passes=passes,
-        samplers=[s.describe() for s in counters],
+        counters=[s.describe() for s in counters],
         measured_ceilings=measured,
         summary=summary,
         roofline=roofline,

@@ -21,7 +21,7 @@ from vlabench.hardware.detection import detect_host
 from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 from vlabench.hardware.targets import ENGINE_LABELS, mismatch, profile_engine
 from vlabench.kernels.ceilings import measure_ceilings
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.cold_start import timed_preparation
 from vlabench.measure.correctness import compare, needs_reference, reference_actions
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
@@ -186,7 +186,7 @@ def prepare_contender(plan: RunPlan, policy: PreparedPolicy | None = None, backe
     target = plan.device.torch_device
     return Contender(
         policy or prepare_checked(plan, backend),
-        make_sampler(plan.spec, plan.workload, target, plan.schedule),
+        make_action_loop(plan.spec, plan.workload, target, plan.schedule),
         seeded_inputs(plan, plan.precision),
         pipelined_inputs(plan) if plan.config.preprocess else (),
     )

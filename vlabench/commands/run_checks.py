@@ -36,7 +36,7 @@ def check_workload(spec: ModelSpec, workload: Workload) -> None:
     positions = getattr(getattr(spec, "dit", None), "max_positions", None)  # GR00T's DiT embeds each action
     if positions is not None and workload.chunk > positions:
         raise InputError(f"{spec.name}'s DiT has {positions} action positions: --chunk must be at most {positions}")
-    if workload.sampler == "single_pass" and workload.steps != 1:
+    if workload.action_loop == "single_pass" and workload.steps != 1:
         raise InputError(f"{spec.name} predicts its chunk in one pass: --steps must be 1")
     if isinstance(spec, OpenVLASpec) and not spec.parallel:
         tokens = workload.chunk * workload.action_dim
@@ -51,8 +51,8 @@ def check_optimizations(config: RunConfig, backend: Backend, schedule: DPCacheSc
         raise InputError(f"--fuse-expert-kv applies to the {fusing} {noun}, not '{backend.name}'")
     if config.fuse_expert_kv and not isinstance(spec, FlowVLASpec):
         raise InputError(f"--fuse-expert-kv applies to the flow-matching VLAs (smolvla, pi0, pi05), not {spec.name}")
-    if schedule is not None and spec.sampler not in ("euler", "ddpm", "ddim"):
-        raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.sampler}")
+    if schedule is not None and spec.action_loop not in ("euler", "ddpm", "ddim"):
+        raise InputError(f"--dp-cache needs a denoising loop; {spec.name}'s action head runs {spec.action_loop}")
     if schedule is not None and config.fuse_denoise_loop:
         raise InputError("--dp-cache and --fuse-denoise-loop cannot be combined: the captured loop runs every step")
 

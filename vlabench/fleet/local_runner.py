@@ -61,7 +61,7 @@ def _failure_reason(code: int, stderr: str) -> str:
     return f"exit code {code}: {detail}"
 
 
-def run_child(
+def run_subprocess(
     config: RunConfig, timeout_s: float | None, command: Sequence[str] | None = None, scratch: Path | None = None
 ) -> ChildOutcome:
     """Run one benchmark as ``python3 -m vlabench run --config <per-run yaml>`` in its own process group; a crash,
@@ -249,7 +249,7 @@ def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -
     ) -> None:
         for run in runs:
             started(run)
-            finished(store.finish(run, run_child(run.config, timeout_s, command, store.scratch)))
+            finished(store.finish(run, run_subprocess(run.config, timeout_s, command, store.scratch)))
 
     return dispatch
 

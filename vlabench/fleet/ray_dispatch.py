@@ -13,7 +13,7 @@ from typing import Any
 
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import Dispatch, SweepStore, run_child
+from vlabench.fleet.local_runner import Dispatch, SweepStore, run_subprocess
 from vlabench.fleet.sweep_file import PLACEMENT_PREFIX, SweepRun
 from vlabench.results.sweep_record import ChildOutcome, RunRecord
 
@@ -22,7 +22,7 @@ def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:
     """Executed on a Ray node: one child ``vlabench run``; returns the ChildOutcome as JSON, with the node id."""
     import ray
 
-    outcome = run_child(RunConfig.model_validate(settings), timeout_s)
+    outcome = run_subprocess(RunConfig.model_validate(settings), timeout_s)
     outcome.node_id = ray.get_runtime_context().get_node_id()
     return outcome.model_dump_json()
 

@@ -45,7 +45,7 @@ class Detection(BaseModel):
     )
 
 
-Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
+PeakPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 SensorName = Literal["nvml", "jetson-ina3221", "tegrastats", "rapl", "npu-smi", "external-csv"]
 
 
@@ -76,7 +76,7 @@ class Engine(BaseModel):
 
     kind: Literal["cpu", "gpu", "npu", "dla"]
     openvino_device: str | None = None
-    peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
+    peak_tflops: dict[PeakPrecision, Figure] = Field(default_factory=dict)
 
 
 DeviceClass = Literal["datacenter-gpu", "desktop-gpu", "jetson", "npu", "cpu"]
@@ -112,7 +112,7 @@ class DeviceProfile(BaseModel):
         description="memory a model may use where the OS and the CUDA context share it (unified-memory SoCs)",
     )
     bandwidth_gbs: Figure | None = None
-    peak_tflops: dict[Precision, Figure] = Field(default_factory=dict)
+    peak_tflops: dict[PeakPrecision, Figure] = Field(default_factory=dict)
     tdp_w: Figure | None = None
     idle_w: Figure | None = Field(default=None, description="idle power, for estimated energy")
     power_modes: list[PowerMode] = Field(default_factory=list)

@@ -1,5 +1,5 @@
 """The action loops. Every backend exposes ``denoise_step`` (and ``decode_step`` for token decoders); only the
-sampler decides which steps run. ``make_sampler`` picks the loop a model's spec declares."""
+sampler decides which steps run. ``make_action_loop`` picks the loop a model's spec declares."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class ActionLoop(Protocol):
     ) -> tuple[Tensor, Tensor | None]: ...
 
 
-class EulerSampler:
+class EulerLoop:
     """Flow matching with Euler steps from t = 1 (noise) to t = 0 (actions), dt = -1 / steps (openpi/lerobot).
 
     With a DP-Cache schedule, a skipped step reuses the latest computed velocity instead of calling the expert."""
@@ -101,20 +101,20 @@ class SinglePass:
         return actions.to(x_t.dtype), None
 
 
-def make_sampler(
+def make_action_loop(
     spec: ModelSpec, workload: Workload, device: torch.device, schedule: DPCacheSchedule | None = None
 ) -> ActionLoop:
     """The action loop ``spec`` declares, at the workload's step count and chunk shape."""
-    if workload.sampler == "euler":
-        return EulerSampler(workload.steps, workload.batch, device, schedule)
-    if workload.sampler in ("ddpm", "ddim"):
-        from vlabench.measure.ddpm_loop import DiffusionSampler
+    if workload.action_loop == "euler":
+        return EulerLoop(workload.steps, workload.batch, device, schedule)
+    if workload.action_loop in ("ddpm", "ddim"):
+        from vlabench.measure.ddpm_loop import DiffusionLoop
 
         shape = (workload.batch, workload.chunk, workload.action_dim)
-        return DiffusionSampler(spec.action, workload.steps, shape, device, schedule)
+        return DiffusionLoop(spec.action, workload.steps, shape, device, schedule)
     if schedule is not None:
-        raise ValueError(f"DP-Cache needs a denoising loop; {spec.name} runs {workload.sampler}")
-    if workload.sampler == "single_pass":
+        raise ValueError(f"DP-Cache needs a denoising loop; {spec.name} runs {workload.action_loop}")
+    if workload.action_loop == "single_pass":
         return SinglePass(workload.batch, device)
     from vlabench.measure.token_decoding import GreedyDecoder
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from vlabench.measure.action_loops import make_sampler
+from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.models.replicas import Observation, build_replica
 from vlabench.models.specs import ModelSpec, OpenVLASpec
@@ -121,7 +121,7 @@ def reference_actions(
         model = build_replica(spec, seed, Precision.DTYPES[precision], device, transform=lambda name, module: None)
     else:
         raise ValueError(f"a {precision} reference needs the quantized build passed as ``build``")
-    sampler = make_sampler(spec, workload, device, schedule)
+    sampler = make_action_loop(spec, workload, device, schedule)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:

@@ -28,7 +28,7 @@ def betas(action: DiffusionActionSpec) -> Tensor:
     )
 
 
-class DiffusionSampler:
+class DiffusionLoop:
     """Runs the noise predictor at ``steps`` timesteps, from T-1 down; with a DP-Cache schedule a skipped step
     reuses the latest predicted noise. DDPM adds the scheduler's variance noise; DDIM (eta 0) is deterministic."""
 

@@ -102,7 +102,7 @@ class SpecBase(_Strict):
         return 1
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         raise NotImplementedError
 
     def prefix_tokens(self, cameras: int) -> int:

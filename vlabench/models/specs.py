@@ -126,7 +126,7 @@ class FlowVLASpec(VisionLanguageSpec):
         return self
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return "euler"
 
     def prefix_tokens(self, cameras: int) -> int:
@@ -197,7 +197,7 @@ class Gr00tSpec(VisionLanguageSpec):
         return self
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return "euler"
 
     def prefix_tokens(self, cameras: int) -> int:
@@ -277,7 +277,7 @@ class OpenVLASpec(SpecBase):
         return self.family == "openvla-oft"
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return "single_pass" if self.parallel else "greedy_decode"
 
     def prefix_tokens(self, cameras: int) -> int:
@@ -311,7 +311,7 @@ class Pi0FastSpec(VisionLanguageSpec):
         return self.llm.vocab - self.action.fast_vocab - self.action.skip_tokens
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return "greedy_decode"
 
     def prefix_tokens(self, cameras: int) -> int:

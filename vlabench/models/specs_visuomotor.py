@@ -81,7 +81,7 @@ class ActSpec(SpecBase):
         return height * width
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return "single_pass"
 
     def prefix_tokens(self, cameras: int) -> int:
@@ -157,7 +157,7 @@ class DiffusionPolicySpec(SpecBase):
         return (self.action.state_dim + self.feature_dim * cameras) * self.observation_frames
 
     @property
-    def sampler(self) -> ActionLoopKind:
+    def action_loop(self) -> ActionLoopKind:
         return self.action.scheduler
 
     def prefix_tokens(self, cameras: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from vlabench.errors import InputError
 from vlabench.models.replicas import Observation
@@ -28,14 +28,16 @@ class Workload(BaseModel):
     frames: int = Field(default=1, gt=0, description="observation history: images and states per camera")
     prefix_tokens: int = Field(gt=0)
     suffix_tokens: int = Field(gt=0)
-    sampler: ActionLoopKind = Field(
-        default="euler", description="how the action head is called: see vlabench.measure.action_loops"
+    action_loop: ActionLoopKind = Field(
+        default="euler",
+        validation_alias=AliasChoices("action_loop", "sampler"),  # "sampler" in results before schema 1.4
+        description="how the action head is called: see vlabench.measure.action_loops",
     )
 
     @property
     def noisy(self) -> bool:
         """Whether the action loop starts from noise (flow and diffusion heads) rather than from nothing."""
-        return self.sampler in ("euler", "ddpm", "ddim")
+        return self.action_loop in ("euler", "ddpm", "ddim")
 
     @classmethod
     def from_spec(
@@ -71,7 +73,7 @@ class Workload(BaseModel):
             frames=spec.frames,
             prefix_tokens=spec.prefix_tokens(cameras),
             suffix_tokens=spec.suffix_tokens(chunk),
-            sampler=spec.sampler,
+            action_loop=spec.action_loop,
         )
 
 

@@ -1,7 +1,7 @@
 """``vlabench calibrate dp-cache``: choose the DP-Cache schedule that skips the most steps within an error budget.
 
-Exact inferences (fp32 eager torch, the model's own action loop from ``make_sampler``: Euler for flow-matching heads,
-DDPM/DDIM for noise-predicting ones, so a skipped step means what ``vlabench run --dp-cache`` executes) over many
+Exact inferences (fp32 eager torch, the model's own action loop from ``make_action_loop``: Euler for flow-matching
+heads, DDPM/DDIM for noise-predicting ones, so a skipped step means what ``vlabench run --dp-cache`` executes) over many
 seeded observations give each step's velocity (or predicted noise); the step-to-step cosine similarity of those says
 where the trajectory is stable. The schedule is then chosen greedily, while the worst observation's error
 (max |Δ actions| / max |exact actions − noise|) stays within the budget:
@@ -118,7 +118,7 @@ def calibrate_dp_cache(
         trial = Lane(policy, trial_groups, loop, torch.inference_mode)
     weights = spec.checkpoint or f"seeded (seed {seed})"
     via = candidate.description if candidate else EXACT
-    details = {"loop": workload.sampler, "weights": weights, "candidate": via}
+    details = {"loop": workload.action_loop, "weights": weights, "candidate": via}
     return choose_schedule(exact, trial, workload.steps, budget, f"{spec.name} ({weights}) via {via}", details)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from vlabench.errors import InputError
-from vlabench.measure.action_loops import ActionLoop, make_sampler
+from vlabench.measure.action_loops import ActionLoop, make_action_loop
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.models.replicas import Observation
@@ -32,7 +32,7 @@ LOOP_KINDS = {
 
 def require_denoising_loop(spec: ModelSpec, what: str) -> None:
     """InputError unless ``spec``'s action head is a denoising loop (Euler flow matching, DDPM or DDIM)."""
-    kind = spec.sampler
+    kind = spec.action_loop
     if kind not in DENOISING_LOOPS:
         raise InputError(
             f"{what} needs a denoising loop (Euler flow matching, DDPM or DDIM); {spec.name}'s action head runs "
@@ -46,7 +46,11 @@ LoopFactory = Callable[[DPCacheSchedule | None, int], ActionLoop]
 def model_loop(spec: ModelSpec, workload: Workload, device: torch.device) -> LoopFactory:
     """The action loop ``vlabench run`` builds for ``spec``, at a given batch; with a schedule, what ``--dp-cache``
     executes (a skipped step reuses the latest velocity, or predicted noise for DDPM/DDIM)."""
-    return lambda schedule, batch: make_sampler(spec, workload.model_copy(update={"batch": batch}), device, schedule)
+
+    def loop(schedule: DPCacheSchedule | None, batch: int) -> ActionLoop:
+        return make_action_loop(spec, workload.model_copy(update={"batch": batch}), device, schedule)
+
+    return loop
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlabench.measure.action_loops import DenoisingPolicy, EulerSampler
+from vlabench.measure.action_loops import DenoisingPolicy, EulerLoop
 from vlabench.models.replicas import PrefixCache
 
 PAPER_COLLAPSE_AT = 7  # the paper saw task success collapse from 7 stale steps of 10 on
@@ -54,7 +54,7 @@ class FusionLoop:
         self,
         prefix: Callable[[Any], PrefixCache],
         policy: DenoisingPolicy,
-        sampler: EulerSampler,
+        sampler: EulerLoop,
         synchronize: Callable[[], None],
         stale_steps: int,
         device: torch.device,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, Field
 
 from vlabench.analysis.phase_summary import PhaseSummary, SmTracing
 from vlabench.analysis.roofline import RooflineReport
@@ -36,7 +36,10 @@ class ProfileResult(MeasuredArtifact):
     backend_details: dict[str, Any]
     workload: Workload
     passes: list[PassRecord]
-    samplers: list[dict[str, Any]]
+    counters: list[dict[str, Any]] = Field(
+        validation_alias=AliasChoices("counters", "samplers"),  # "samplers" in profiles before this name
+        description="the utilization counters read through the trace pass: source and period",
+    )
     measured_ceilings: list[MeasuredCeiling]
     summary: list[PhaseSummary]
     roofline: RooflineReport

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.measure.action_loops import EulerSampler
+from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.replicas import PrefixCache
 from vlabench.optimizations.closed_loop.policy import SmallFlowPolicy
 from vlabench.optimizations.closed_loop.reacher import (
@@ -80,7 +80,7 @@ def success_rate(
     successes, distances, cycles = 0, [], 0
     with torch.inference_mode():
         for episode in range(episodes):
-            sampler = EulerSampler(policy.steps, batch=1, device=device, schedule=variant.dp_cache)
+            sampler = EulerLoop(policy.steps, batch=1, device=device, schedule=variant.dp_cache)
             loop = FusionLoop(
                 policy.prefix, counter, sampler, policy.synchronize, variant.stale_steps, device, concurrent=False
             )

@@ -82,7 +82,7 @@ class _ExpertLayer(nn.Module):
 
 
 class SmallFlowPolicy(nn.Module):
-    """Prefix encoder + action expert; ``prefix`` and ``denoise_step`` plug into EulerSampler and FusionLoop."""
+    """Prefix encoder + action expert; ``prefix`` and ``denoise_step`` plug into EulerLoop and FusionLoop."""
 
     def __init__(
         self,

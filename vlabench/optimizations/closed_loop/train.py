@@ -1,7 +1,7 @@
 """Train SmallFlowPolicy on scripted-expert demonstrations with the flow-matching loss; cache the weights.
 
 x_t = t·noise + (1−t)·actions with t ~ U(0, 1), and the expert regresses the velocity noise − actions, matching
-EulerSampler's integration from t = 1 (noise) to t = 0 (actions). Training is seeded and runs on the CPU.
+EulerLoop's integration from t = 1 (noise) to t = 0 (actions). Training is seeded and runs on the CPU.
 """
 
 from __future__ import annotations
