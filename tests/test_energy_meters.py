@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import recorded
 
 from vlabench.errors import InputError, UnavailableError
 from vlabench.telemetry.energy import (
@@ -45,14 +46,7 @@ RAPL_MAX = 262143328850
 
 
 def build_tree(name: str, root: Path) -> Path:
-    """Materialise a recorded ``path content`` sysfs tree under root."""
-    for line in (DATA / name).read_text().splitlines():
-        if line and not line.startswith("#"):
-            relative, _, content = line.partition(" ")
-            path = root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content + "\n")
-    return root
+    return recorded.build_tree(DATA / name, root)
 
 
 def recorded_lines(name: str) -> list[str]:

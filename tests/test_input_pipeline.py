@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import recorded
 import torch
 from typer.testing import CliRunner
 
@@ -23,17 +24,7 @@ from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, synthetic_observation
 
-FAMILIES = [
-    "smolvla-tiny",
-    "pi0-tiny",
-    "pi05-tiny",
-    "pi0-fast-tiny",
-    "gr00t-n1.5-tiny",
-    "openvla-7b-tiny",
-    "openvla-oft-tiny",
-    "act-tiny",
-    "diffusion-policy-tiny",
-]
+FAMILIES = recorded.TINY_MODELS
 CPU = torch.device("cpu")
 runner = CliRunner()
 

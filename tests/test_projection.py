@@ -73,8 +73,10 @@ def tiny_entries(monkeypatch):
     """Fit the model on ``ENTRIES`` instead of the published table (fast), and forget it afterwards."""
     monkeypatch.setattr(projection_score, "reported_latencies", lambda: ENTRIES)
     projection_score.fitted_model.cache_clear()
+    projection_score.fitted_parameters.cache_clear()  # in-process: the next module fits its own entries
     yield ENTRIES
     projection_score.fitted_model.cache_clear()
+    projection_score.fitted_parameters.cache_clear()  # in-process: the next module fits its own entries
 
 
 def params(jetson: float = 1.0, core: float = 1.0) -> FittedParameters:

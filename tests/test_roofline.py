@@ -176,8 +176,10 @@ def small_fit(monkeypatch):
     ]
     monkeypatch.setattr(projection_score, "reported_latencies", lambda: entries)
     projection_score.fitted_model.cache_clear()
+    projection_score.fitted_parameters.cache_clear()  # in-process: the next module fits its own entries
     yield
     projection_score.fitted_model.cache_clear()
+    projection_score.fitted_parameters.cache_clear()  # in-process: the next module fits its own entries
 
 
 @pytest.mark.parametrize("precision", ["int8", "fp8"])

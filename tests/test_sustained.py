@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import recorded
 import torch
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -33,20 +34,13 @@ from vlabench.results.sustained import (
 from vlabench.telemetry.sensors import SensorCounter, read_sensors
 
 DATA = Path(__file__).parent / "data" / "sensors"
-TINY_MODELS = sorted(path.stem for path in (Path(__file__).parents[1] / "profiles" / "models").glob("*-tiny.yaml"))
+TINY_MODELS = recorded.TINY_MODELS
 CPU = torch.device("cpu")
 runner = CliRunner()
 
 
 def build_tree(name: str, root: Path) -> Path:
-    """Materialise a recorded ``path content`` sysfs tree under root."""
-    for line in (DATA / name).read_text().splitlines():
-        if line and not line.startswith("#"):
-            relative, _, content = line.partition(" ")
-            path = root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content + "\n")
-    return root
+    return recorded.build_tree(DATA / name, root)
 
 
 def reading(name: str, root: Path) -> dict[str, dict[str, float]]:

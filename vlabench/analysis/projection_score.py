@@ -228,7 +228,12 @@ def _fit_identity(entries: list[ReportedLatency]) -> dict:
 def fitted_parameters() -> FittedParameters:
     """The parameters fitted on every entry of ``profiles/reported/latencies.yaml``, without the leave-one-out
     scores (from memory, the disk cache, or fitted)."""
-    entries = _entries()
+    return parameters_for(_entries())
+
+
+def parameters_for(entries: list[ReportedLatency]) -> FittedParameters:
+    """The parameters fitted on ``entries`` (from the disk cache, or fitted): keyed by the entries themselves, so a
+    fit is never stored or read under another set's key."""
     return cached("fit", _fit_identity(entries), FittedParameters, lambda: fit([observation(e) for e in entries]))
 
 
@@ -241,5 +246,5 @@ def fitted_model() -> FittedModel:
         "loo",
         _fit_identity(entries),
         FittedModel,
-        lambda: FittedModel(parameters=fitted_parameters(), scores=score_projections(entries)),
+        lambda: FittedModel(parameters=parameters_for(entries), scores=score_projections(entries)),
     )
