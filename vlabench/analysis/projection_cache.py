@@ -12,9 +12,11 @@ exported graphs).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import TypeVar
@@ -95,16 +97,44 @@ def cache_path(kind: str, identity: dict) -> Path:
 
 
 def cached(kind: str, identity: dict, schema: type[Cached], compute: Callable[[], Cached]) -> Cached:
-    """The stored ``schema`` for ``identity`` when present and valid, else ``compute()``, stored (best effort)."""
+    """The stored ``schema`` for ``identity`` when present and valid, else ``compute()``, stored (best effort).
+    Processes that miss the same entry at once (parallel test workers, a sweep and a site build) compute it once:
+    the others wait on its lock file and read what it stored."""
     path = cache_path(kind, identity)
+    stored = _stored(path, schema)
+    if stored is not None:
+        return stored
+    with _entry_lock(path):
+        stored = _stored(path, schema)
+        if stored is not None:
+            return stored
+        value = compute()
+        with contextlib.suppress(WriteError):  # a read-only or full cache folder costs time, never a result
+            atomic_write_text(path, value.model_dump_json())
+    return value
+
+
+def _stored(path: Path, schema: type[Cached]) -> Cached | None:
     try:
         return schema.model_validate_json(path.read_text())
     except (OSError, ValueError, ValidationError):
-        pass
-    value = compute()
-    with contextlib.suppress(WriteError):  # a read-only or full cache folder costs time, never a result
-        atomic_write_text(path, value.model_dump_json())
-    return value
+        return None
+
+
+@contextlib.contextmanager
+def _entry_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``'s entry (nothing when the cache folder cannot take a lock file)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
 _FACTS: dict[str, ModelFacts] = {}
