@@ -338,3 +338,37 @@ def test_project_takes_the_workload_from_cameras_and_steps(tiny_entries):
     assert row["phases_ms"]["action"] < default["phases_ms"]["action"]
     refused = CliRunner().invoke(app, [*base, "--steps", "0"])
     assert refused.exit_code == 2 and "Traceback" not in refused.output
+
+
+CONCURRENT_ENTRY = """
+import os, sys, time
+from pydantic import BaseModel
+from vlabench.analysis.projection_cache import cached
+
+class Entry(BaseModel):
+    value: int
+
+def compute():
+    with open(sys.argv[1], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)
+    return Entry(value=7)
+
+print(cached("test", {"entry": "shared"}, Entry, compute).value)
+"""
+
+
+def test_processes_missing_one_entry_at_once_compute_it_once(tmp_path):
+    """Two processes (two test workers, a sweep and a site build) miss the same cache entry together: one computes
+    it, the other waits on the entry's lock and reads what was stored."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "computed.log"
+    env = {**os.environ, "VLABENCH_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-c", CONCURRENT_ENTRY, str(log)]
+    both = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=120)[0].strip() for process in both]
+    assert outputs == ["7", "7"] and all(process.returncode == 0 for process in both)
+    assert len(log.read_text().split()) == 1  # computed once
