@@ -133,29 +133,8 @@ def tier(item: pytest.Item) -> str:
     return "unit" if module in UNIT_MODULES else "integration"
 
 
-LONGEST_FIRST = (
-    "test_correctness_gate",
-    "test_torch_compile_backend",
-    "test_projection_invariants",
-    "test_device_check",
-    "test_benchmark_scripts",
-    "test_sweep",
-    "test_memory_estimate",
-    "test_sustained",
-    "test_isa_cap",
-    "test_amx_int8",
-    "test_site",
-    "test_site_families",
-    "test_faults",
-)
-"""The modules that take longest on two cores (measured with --durations), started first so that the two workers
-(each takes whole modules) do not end on one of them while the other idles."""
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = tier(item)
         if not item.get_closest_marker(name):
             item.add_marker(getattr(pytest.mark, name))
-    order = {module: index for index, module in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: order.get(item.path.stem, len(order)))  # stable: each module keeps its order
