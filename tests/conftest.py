@@ -103,7 +103,6 @@ UNIT_MODULES = frozenset(
         "test_parity_transformers",
         "test_percentile_intervals",
         "test_precisions_and_cuda",
-        "test_projection",
         "test_reduced_precision_families",
         "test_reference_fallback",
         "test_rotary_table",
