@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from vlabench.backends import backend_class, get_backend
 from vlabench.cli.app import app
 from vlabench.commands.run import plan_run, prepare_checked
-from vlabench.commands.run_pass import iteration_cap, runner_settings
 from vlabench.config import RunConfig
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.cold_start import STAGES, StageClock, TimedStage, recording, stage, timed_preparation
+from vlabench.measure.run_settings import iteration_cap, runner_settings
 from vlabench.measure.stats import P99_BOUND_SAMPLES
 from vlabench.measure.timing import Contender, RunnerSettings, measure_interleaved
 from vlabench.results.sustained import (

@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from vlabench.analysis.memory import estimate_footprint
 from vlabench.commands.run import ReferenceCache, RunPlan, prepare_contender
 from vlabench.commands.run_checks import plan_caveats
-from vlabench.commands.run_pass import iteration_cap
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.measure.correctness import TOLERANCES, compare, needs_reference
 from vlabench.measure.policy import PreparedPolicy
+from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.timing import RunnerSettings, measure_interleaved, plain_inference
 from vlabench.vocab import Precision
 

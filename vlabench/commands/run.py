@@ -13,7 +13,7 @@ from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
 from vlabench.commands.run_output import check_paths
-from vlabench.commands.run_pass import iteration_cap, timed_pass
+from vlabench.commands.run_pass import timed_pass
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, unknown_name
@@ -26,6 +26,7 @@ from vlabench.measure.cold_start import timed_preparation
 from vlabench.measure.correctness import compare, needs_reference, reference_actions
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
 from vlabench.measure.policy import PreparedPolicy
+from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.timing import Contender, Pipelined, Progress, measure_energy, plain_inference
 from vlabench.models.input_pipeline import InputPipeline, raw_observation
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -268,6 +269,11 @@ def execute_many(
     ceilings = measure_ceilings(target, precisions) if config.measure_ceilings else []
     contenders = [prepare_contender(plan, (prepared or {}).get(index)) for index, plan in enumerate(plans)]
     measurements, series, began = timed_pass(contenders, config, target, progress)
+    shared = (
+        (f"{len(plans)} configurations ran in one process: peak memory covers all of them; timings are interleaved",)
+        if len(plans) > 1
+        else ()
+    )
     results = []
     for index, (plan, contender, measurement) in enumerate(zip(plans, contenders, measurements, strict=True)):
         correctness = None
@@ -278,11 +284,6 @@ def execute_many(
             correctness = compare(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
             )
-        shared = (
-            [f"{len(plans)} configurations ran in one process: peak memory covers all of them; timings are interleaved"]
-            if len(plans) > 1
-            else []
-        )
         measured = Measured(
             contender=contender,
             measurement=measurement,

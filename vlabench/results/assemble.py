@@ -22,7 +22,8 @@ from vlabench.hardware.devices import ResolvedDevice
 from vlabench.kernels.ceilings import MeasuredCeiling
 from vlabench.measure.correctness import Correctness
 from vlabench.measure.dp_cache import DPCacheSchedule
-from vlabench.measure.stats import NOISY_COV, P99_BOUND_SAMPLES, Stats, summarize
+from vlabench.measure.run_settings import runner_settings
+from vlabench.measure.stats import NOISY_COV, Stats, summarize
 from vlabench.measure.timing import Contender, EnergyWindows, Measurement
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
@@ -269,8 +270,8 @@ def measurement_warnings(
             f"stopped at --max-iterations {config.max_iterations} after {measurement.timed_duration_s:.1f} s, "
             f"before the {config.min_duration_s:g} s minimum duration"
         )
-    wanted = config.min_iterations or min(P99_BOUND_SAMPLES, config.max_iterations)
-    cap_s = max(config.max_duration_s, config.min_duration_s)
+    settings = runner_settings(config)
+    wanted, cap_s = settings.min_iterations, settings.max_duration_s
     if measurement.iterations < wanted and measurement.timed_duration_s >= cap_s:
         warnings.append(
             f"stopped at {cap_s:g} s of timed work (--max-duration, at least --min-duration) after "

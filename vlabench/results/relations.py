@@ -338,8 +338,8 @@ def _window_relations(result: RunResult) -> Problems:
                 )
             )
             break
-    starts = [window.start_s for window in held.windows] + [sample.t_s for sample in held.sensors]
     times = [window.start_s for window in held.windows], [sample.t_s for sample in held.sensors]
-    if not all(map(math.isfinite, starts)) or any(a > b for series in times for a, b in pairwise(series)):
+    finite = all(math.isfinite(t) for series in times for t in series)
+    if not finite or any(a > b for series in times for a, b in pairwise(series)):
         found.append(("sustained", "time runs forward: windows and sensor readings must be in time order"))
     return found

@@ -14,7 +14,7 @@ from vlabench.analysis.cet import feasibility
 from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
 from vlabench.config import RunConfig
-from vlabench.measure.stats import P99_BOUND_SAMPLES
+from vlabench.measure.run_settings import runner_settings
 from vlabench.results.assemble import execution_model
 from vlabench.results.schema import RunResult
 from vlabench.results.sustained import full_windows
@@ -28,10 +28,11 @@ def timing_plan(c: RunConfig) -> str:
     """When the timed pass stops, as the run will apply it."""
     if c.duration_s is not None:
         return f"sustained for {c.duration_s:g} s (percentiles per {c.window_s:g} s window)"
-    count = c.min_iterations or f"{min(P99_BOUND_SAMPLES, c.max_iterations)} (enough to bound p99)"
+    settings = runner_settings(c)
+    count = c.min_iterations or f"{settings.min_iterations} (enough to bound p99)"
     return (
-        f"≥ {count} inferences and ≥ {c.min_duration_s:g} s (caps: {c.max_iterations} inferences, "
-        f"{c.max_duration_s:g} s)"
+        f"≥ {count} inferences and ≥ {c.min_duration_s:g} s (caps: {settings.max_iterations} inferences, "
+        f"{settings.max_duration_s:g} s)"
     )
 
 
