@@ -464,3 +464,15 @@ def test_the_cli_refuses_duration_with_min_iterations(tmp_path):
     assert "--min-iterations" in result.output
     assert "Traceback" not in result.output
     assert list(tmp_path.glob("*.json")) == []
+
+
+def test_the_plan_line_states_the_stop_rule_the_run_applies():
+    from vlabench.cli.views.run import timing_plan
+
+    assert "368 (enough to bound p99)" in timing_plan(RunConfig()) and "caps: 1000 inferences, 120 s" in timing_plan(
+        RunConfig()
+    )
+    capped = timing_plan(RunConfig(max_iterations=3, min_duration_s=200.0))
+    assert "3 (p99 needs 368: capped)" in capped and "caps: 3 inferences, 200 s" in capped
+    assert timing_plan(RunConfig(min_iterations=7)).startswith("≥ 7 inferences")
+    assert timing_plan(RunConfig(duration_s=5.0)).startswith("sustained for 5 s")

@@ -15,6 +15,7 @@ from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
 from vlabench.config import RunConfig
 from vlabench.measure.run_settings import runner_settings
+from vlabench.measure.stats import P99_BOUND_SAMPLES
 from vlabench.results.assemble import execution_model
 from vlabench.results.schema import RunResult
 from vlabench.results.sustained import full_windows
@@ -29,7 +30,9 @@ def timing_plan(c: RunConfig) -> str:
     if c.duration_s is not None:
         return f"sustained for {c.duration_s:g} s (percentiles per {c.window_s:g} s window)"
     settings = runner_settings(c)
-    count = c.min_iterations or f"{settings.min_iterations} (enough to bound p99)"
+    wanted = settings.min_iterations
+    bound = "enough to bound p99" if wanted == P99_BOUND_SAMPLES else f"p99 needs {P99_BOUND_SAMPLES}: capped"
+    count = c.min_iterations or f"{wanted} ({bound})"
     return (
         f"≥ {count} inferences and ≥ {c.min_duration_s:g} s (caps: {settings.max_iterations} inferences, "
         f"{settings.max_duration_s:g} s)"
