@@ -28,14 +28,16 @@ from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, re
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
+from vlabench.commands.launchers import ConfiguredRun
 from vlabench.commands.run_output import save_result
+from vlabench.commands.subprocess_launcher import Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore, run_subprocess
+from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore
 from vlabench.fleet.ray_dispatch import probe_address
 from vlabench.fleet.sweep_file import expand, parse_sweep
+from vlabench.results.launch_outcome import LaunchOutcome
 from vlabench.results.schema import RunResult, load_result
-from vlabench.results.sweep_record import ChildOutcome
 
 ARTIFACT = (
     Path(__file__).parent
@@ -155,7 +157,7 @@ def test_a_full_disk_while_a_sweep_promotes_a_result_says_where_it_went(result, 
     spare.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spare))
     run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
-    outcome = ChildOutcome(status="ok", result_text=result.model_dump_json(), wall_s=1.0, hostname="h")
+    outcome = LaunchOutcome(status="ok", result_texts=[result.model_dump_json()], wall_s=1.0, hostname="h")
     with SweepStore(tmp_path / "out") as store:
         full_disk_under(monkeypatch, tmp_path / "out")
         with pytest.raises(WriteError, match=f"saved to {spare / ('vlabench-unsaved-' + result.run_id)}"):
@@ -291,7 +293,7 @@ def test_a_work_folder_of_a_killed_remote_run_is_removed_from_the_system_temp(tm
     (stale / "run.yaml").write_text("{}")
     mine = tmp_path / f"vlabench-sweep-{os.getpid()}-running"
     mine.mkdir()
-    outcome = run_subprocess(RunConfig(), 30, [sys.executable, "-c", "pass"])
+    outcome = Subprocess(30, [sys.executable, "-c", "pass"]).launch([ConfiguredRun(RunConfig())])
     assert outcome.status == "failed"  # no result file: what matters is the cleanup
     assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
 
@@ -311,7 +313,7 @@ KILLED_AFTER_STAGING = textwrap.dedent(
     import yaml
     import vlabench.fleet.local_runner as runner
     from vlabench.fleet.sweep_file import expand, parse_sweep
-    from vlabench.results.sweep_record import ChildOutcome
+    from vlabench.results.launch_outcome import LaunchOutcome
     out, text = Path(sys.argv[1]), Path(sys.argv[2]).read_text()
     run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
     write = runner.atomic_write_text
@@ -322,7 +324,7 @@ KILLED_AFTER_STAGING = textwrap.dedent(
         return written
     runner.atomic_write_text = crash_after_staging
     with runner.SweepStore(out) as store:
-        store.finish(run, ChildOutcome(status="ok", result_text=text, wall_s=1.0, hostname="h"))
+        store.finish(run, LaunchOutcome(status="ok", result_texts=[text], wall_s=1.0, hostname="h"))
     """
 )
 
@@ -332,7 +334,7 @@ def test_a_redo_killed_after_staging_is_never_filed_under_the_deleted_results_na
     run = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))[0]
     with SweepStore(out) as store:
         first = store.finish(
-            run, ChildOutcome(status="ok", result_text=result.model_dump_json(), wall_s=1, hostname="h")
+            run, LaunchOutcome(status="ok", result_texts=[result.model_dump_json()], wall_s=1, hostname="h")
         )
     (out / first.result).unlink()  # the user deletes the result: the next sweep redoes the run
     redo = result.model_copy(update={"run_id": "f" * 32})

@@ -18,7 +18,9 @@ import yaml
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
+from vlabench.commands.launchers import ConfiguredRun
 from vlabench.commands.run import execute, plan_run
+from vlabench.commands.subprocess_launcher import Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.fleet.local_runner import (
@@ -26,12 +28,12 @@ from vlabench.fleet.local_runner import (
     SweepStore,
     execute_sweep,
     run_locally,
-    run_subprocess,
 )
 from vlabench.fleet.sweep_file import SweepFile, expand, parse_sweep, run_key
 from vlabench.results.aggregate import load_results
+from vlabench.results.launch_outcome import LaunchOutcome
 from vlabench.results.schema import RunResult, load_result, write_result
-from vlabench.results.sweep_record import ChildOutcome, RunRecord
+from vlabench.results.sweep_record import RunRecord
 
 FAST = {
     "device": "cpu",
@@ -161,8 +163,10 @@ def test_a_crashing_hanging_or_failing_child_becomes_a_failed_outcome_with_its_r
     pid_file = tmp_path / "grandchild.pid"
     monkeypatch.setenv("CRASH_MODE", mode)
     monkeypatch.setenv("CHILD_PID_FILE", str(pid_file))
-    outcome = run_subprocess(RunConfig(), timeout_s=3 if mode == "hang" else 60, command=[sys.executable, str(script)])
-    assert outcome.status == "failed" and outcome.result_text is None
+    outcome = Subprocess(timeout_s=3 if mode == "hang" else 60, command=[sys.executable, str(script)]).launch(
+        [ConfiguredRun(RunConfig())]
+    )
+    assert outcome.status == "failed" and outcome.result_texts == []
     if mode == "segfault":
         assert outcome.reason.startswith("killed by SIGSEGV")
     elif mode == "hang":
@@ -182,7 +186,7 @@ def test_reopening_the_store_finishes_an_interrupted_promotion_and_drops_debris(
     runs = expand(parse_sweep(sweep_yaml({"seed": [1, 2]}), "s"))
     text = tiny_result.model_dump_json()
     with SweepStore(tmp_path) as store:
-        done = store.finish(runs[0], ChildOutcome(status="ok", result_text=text, wall_s=1.0, hostname="h"))
+        done = store.finish(runs[0], LaunchOutcome(status="ok", result_texts=[text], wall_s=1.0, hostname="h"))
         assert store.completed(runs[0].key) == done
         # Simulate a kill between the marker and the rename: the result is back in staging.
         os.replace(tmp_path / done.result, store.staged_path(runs[0].key))
@@ -207,7 +211,7 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path):
 def test_an_unreadable_result_from_a_child_is_a_failed_run(tmp_path):
     run = expand(parse_sweep(sweep_yaml({}), "s"))[0]
     with SweepStore(tmp_path) as store:
-        record = store.finish(run, ChildOutcome(status="ok", result_text='{"x": 1}', wall_s=1.0, hostname="h"))
+        record = store.finish(run, LaunchOutcome(status="ok", result_texts=['{"x": 1}'], wall_s=1.0, hostname="h"))
     assert record.status == "failed" and record.reason.startswith("the run returned an invalid result")
     assert [p.name for p in tmp_path.iterdir()] == [".sweep"]
 
@@ -293,7 +297,7 @@ def test_local_dispatch_skips_completed_runs_without_starting_a_child(tiny_resul
     runs = expand(parse_sweep(sweep_yaml({"seed": [5]}), "s"))
     with SweepStore(tmp_path) as store:
         store.finish(
-            runs[0], ChildOutcome(status="ok", result_text=tiny_result.model_dump_json(), wall_s=2, hostname="h")
+            runs[0], LaunchOutcome(status="ok", result_texts=[tiny_result.model_dump_json()], wall_s=2, hostname="h")
         )
     started = []
     records = execute_sweep(runs, tmp_path, run_locally(1, command=["false"]), started.append)

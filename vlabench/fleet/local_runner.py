@@ -3,111 +3,28 @@ makes the sweep resumable after any crash (even SIGKILL) without partial or dupl
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fcntl
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from vlabench.atomic import WriteError, atomic_write_text, owned_prefix, remove_stale, rescue_text
-from vlabench.config import RunConfig
+from vlabench.atomic import WriteError, atomic_write_text, remove_stale, rescue_text
+from vlabench.commands.subprocess_launcher import Subprocess
 from vlabench.errors import VlabenchError
 from vlabench.fleet.sweep_file import SweepRun
-from vlabench.results.sweep_record import MARKER_SUFFIX, ChildOutcome, RunRecord
+from vlabench.results.launch_outcome import LaunchOutcome
+from vlabench.results.sweep_record import MARKER_SUFFIX, RunRecord
 
 JOURNAL_DIR = ".sweep"
 SCRATCH_DIR = "tmp"
 """``<out>/.sweep/tmp/``: each run's config, stderr and results folder while it runs (emptied when a sweep opens)."""
-CHILD_PREFIX = "vlabench-sweep-"
 STAGED_SUFFIX = ".staged"
-EXIT_INVALID = 5
-PR_SET_PDEATHSIG = 1
-STDERR_TAIL_CHARS = 4000
-
-
-def _die_with_parent() -> None:
-    """In the child (Linux): receive SIGKILL when the sweep process dies, so no orphan keeps running."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def _failure_reason(code: int, stderr: str) -> str:
-    if code < 0:
-        name = signal.Signals(-code).name
-        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
-        return f"killed by {name}{hint}"
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
-    detail = " ".join(lines[starts[-1] :]) if starts else (lines[-1] if lines else "no output")
-    return f"exit code {code}: {detail}"
-
-
-def run_subprocess(
-    config: RunConfig, timeout_s: float | None, command: Sequence[str] | None = None, scratch: Path | None = None
-) -> ChildOutcome:
-    """Run one benchmark as ``python3 -m vlabench run --config <per-run yaml>`` in its own process group; a crash,
-    a non-zero exit or the timeout (the whole group is killed) becomes a failed outcome with its reason. Its work
-    folder is made in ``scratch`` (default: the system's temporary folder, where those of killed processes are
-    removed first)."""
-    started = time.monotonic()
-    started_utc = datetime.now(timezone.utc)
-    if scratch is None:
-        scratch = Path(tempfile.gettempdir())
-        remove_stale(scratch, CHILD_PREFIX)
-    with tempfile.TemporaryDirectory(prefix=owned_prefix(CHILD_PREFIX), dir=scratch) as temporary:
-        work = Path(temporary)
-        settings = config.model_copy(update={"out": work / "out"}).model_dump(mode="json")
-        (work / "run.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-        argv = [*(command or (sys.executable, "-m", "vlabench", "run")), "--config", str(work / "run.yaml")]
-        with open(work / "stderr.log", "wb") as stderr:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-            try:
-                code = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
-                reason = f"timed out after {timeout_s:g} s (process group killed)"
-                return _outcome("failed", started, started_utc, reason=reason)
-            except BaseException:
-                _kill_group(process)
-                raise
-        produced = sorted((work / "out").glob("*.json"))
-        if code in (0, EXIT_INVALID) and len(produced) == 1:
-            status = "ok" if code == 0 else "invalid"
-            return _outcome(status, started, started_utc, result_text=produced[0].read_text(), exit_code=code)
-        tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL_CHARS:]
-        reason = _failure_reason(code, tail) if code else f"exit code 0 but {len(produced)} result files"
-        return _outcome("failed", started, started_utc, reason=reason, exit_code=code)
-
-
-def _outcome(status: str, started: float, started_utc: datetime, **fields: Any) -> ChildOutcome:
-    wall_s = time.monotonic() - started
-    return ChildOutcome(status=status, wall_s=wall_s, hostname=socket.gethostname(), started_utc=started_utc, **fields)
 
 
 class SweepStore:
@@ -181,7 +98,7 @@ class SweepStore:
             return record
         return None
 
-    def finish(self, run: SweepRun, outcome: ChildOutcome) -> RunRecord:
+    def finish(self, run: SweepRun, outcome: LaunchOutcome) -> RunRecord:
         """Journal a run's outcome; a result is validated, then promoted into the results folder."""
         from vlabench.results.schema import RunResult
 
@@ -200,12 +117,13 @@ class SweepStore:
             "finished_utc": finished,
             "config": run.config.model_dump(mode="json"),
         }
-        if outcome.status == "failed" or outcome.result_text is None:
+        if outcome.status == "failed" or len(outcome.result_texts) != 1:
             record = RunRecord(**{**fields, "status": "failed"})
             atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
             return record
+        result_text = outcome.result_texts[0]
         try:
-            result = RunResult.model_validate_json(outcome.result_text)
+            result = RunResult.model_validate_json(result_text)
         except ValidationError as exc:
             reason = f"the run returned an invalid result: {exc.errors()[0]['msg']}"
             record = RunRecord(**{**fields, "status": "failed", "reason": reason})
@@ -213,11 +131,11 @@ class SweepStore:
             return record
         record = RunRecord(**fields, result=result.file_name(), e2e_p50_ms=result.timing.phases["e2e"].p50)
         try:
-            staged = atomic_write_text(self.staged_path(run.key), outcome.result_text)
+            staged = atomic_write_text(self.staged_path(run.key), result_text)
         except WriteError as exc:  # a full disk: keep the measurement elsewhere, say where, stop the sweep
-            rescued = rescue_text(outcome.result_text, f"{result.run_id}.json")
+            rescued = rescue_text(result_text, f"{result.run_id}.json")
             if rescued is None:
-                sys.stderr.write(outcome.result_text + "\n")
+                sys.stderr.write(result_text + "\n")
             kept = f"saved to {rescued}" if rescued else "printed above on stderr (the fallback file failed too)"
             raise WriteError(f"{exc}; the result of {run.label} is {kept}", exc.errno) from None
         atomic_write_text(self.marker_path(run.key), record.model_dump_json(indent=2))
@@ -239,7 +157,7 @@ Dispatch = Callable[[list[SweepRun], SweepStore, Callable[[SweepRun], None], Cal
 
 
 def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -> Dispatch:
-    """A dispatcher that runs the pending runs one after another on this host."""
+    """A dispatcher that runs the pending runs one after another on this host, each in a ``Subprocess``."""
 
     def dispatch(
         runs: list[SweepRun],
@@ -249,7 +167,7 @@ def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -
     ) -> None:
         for run in runs:
             started(run)
-            finished(store.finish(run, run_subprocess(run.config, timeout_s, command, store.scratch)))
+            finished(store.finish(run, Subprocess(timeout_s, command, store.scratch).launch([run])))
 
     return dispatch
 

@@ -8,23 +8,57 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from vlabench.commands.launchers import ConfiguredRun
+from vlabench.commands.subprocess_launcher import Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import Dispatch, SweepStore, run_subprocess
+from vlabench.fleet.local_runner import Dispatch, SweepStore
 from vlabench.fleet.sweep_file import PLACEMENT_PREFIX, SweepRun
-from vlabench.results.sweep_record import ChildOutcome, RunRecord
+from vlabench.results.launch_outcome import LaunchOutcome
+from vlabench.results.sweep_record import RunRecord
 
 
 def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:
-    """Executed on a Ray node: one child ``vlabench run``; returns the ChildOutcome as JSON, with the node id."""
+    """Executed on a Ray node: one ``Subprocess`` launch; returns its LaunchOutcome as JSON, with the node id."""
     import ray
 
-    outcome = run_subprocess(RunConfig.model_validate(settings), timeout_s)
+    outcome = Subprocess(timeout_s).launch([ConfiguredRun(RunConfig.model_validate(settings))])
     outcome.node_id = ray.get_runtime_context().get_node_id()
     return outcome.model_dump_json()
+
+
+@dataclass(frozen=True)
+class RayTask:
+    """The launcher of a run on a Ray node holding its device (``run.resource``), through a connected ``ray``
+    module; ``submit`` and ``collect`` let a sweep keep every run in flight at once."""
+
+    ray: Any
+    timeout_s: float | None
+    max_retries: int
+    task: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", self.ray.remote(remote_run))
+
+    def submit(self, run: SweepRun) -> Any:
+        options = {"resources": {run.resource: 1}, "num_cpus": 0, "max_retries": self.max_retries}
+        return self.task.options(**options).remote(run.config.model_dump(mode="json"), self.timeout_s)
+
+    def collect(self, task: Any) -> LaunchOutcome:
+        try:
+            return LaunchOutcome.model_validate_json(self.ray.get(task))
+        except self.ray.exceptions.RayError as exc:
+            reason = f"the Ray task failed after {self.max_retries} retries: {type(exc).__name__}: {exc}"
+            return LaunchOutcome(status="failed", reason=reason.splitlines()[0], wall_s=0.0, hostname="")
+
+    def launch(self, runs: Sequence[SweepRun]) -> LaunchOutcome:
+        if len(runs) != 1:
+            raise ValueError(f"a Ray task runs one config, not {len(runs)}")
+        return self.collect(self.submit(runs[0]))
 
 
 CONNECT_TIMEOUT_S = 5.0
@@ -87,26 +121,20 @@ def run_on_ray(address: str, timeout_s: float | None, max_retries: int) -> Dispa
     ) -> None:
         ray = _connect(address)
         try:
-            task = ray.remote(remote_run)
+            launcher = RayTask(ray, timeout_s, max_retries)
             available = cluster_devices(ray)
             pending = {}
             for run in runs:
                 if run.resource not in available:
                     reason = f"no live node of the Ray cluster advertises {run.resource}"
-                    finished(store.finish(run, ChildOutcome(status="failed", reason=reason, wall_s=0.0, hostname="")))
+                    finished(store.finish(run, LaunchOutcome(status="failed", reason=reason, wall_s=0.0, hostname="")))
                     continue
-                options = {"resources": {run.resource: 1}, "num_cpus": 0, "max_retries": max_retries}
-                pending[task.options(**options).remote(run.config.model_dump(mode="json"), timeout_s)] = run
+                pending[launcher.submit(run)] = run
                 started(run)
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 run = pending.pop(done[0])
-                try:
-                    outcome = ChildOutcome.model_validate_json(ray.get(done[0]))
-                except ray.exceptions.RayError as exc:
-                    reason = f"the Ray task failed after {max_retries} retries: {type(exc).__name__}: {exc}"
-                    outcome = ChildOutcome(status="failed", reason=reason.splitlines()[0], wall_s=0.0, hostname="")
-                finished(store.finish(run, outcome))
+                finished(store.finish(run, launcher.collect(done[0])))
         finally:
             ray.shutdown()
 

@@ -1,12 +1,12 @@
-"""The sweep's artifact: one journal entry per run (``<out>/.sweep/<key>.sweep.json``), and what one ``vlabench run``
-child process produced; ``fleet/local_runner.py`` writes and reads them."""
+"""The sweep's artifact: one journal entry per run (``<out>/.sweep/<key>.sweep.json``), written from the run's
+``LaunchOutcome`` (``launch_outcome.py``) by ``fleet/local_runner.py``."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import AwareDatetime, Field, TypeAdapter, ValidationError, model_validator
 
 from vlabench.results.header import ArtifactHeader
 
@@ -16,19 +16,6 @@ SWEEP_RUN_SCHEMA_VERSION = "1.0"
 """1.0: the artifact header (journal entries of before had no kind, schema_version, run_id or started_utc)."""
 
 Status = Literal["ok", "invalid", "failed", "skipped"]
-
-
-class ChildOutcome(BaseModel):
-    """What one ``vlabench run`` child process produced (sent back from Ray nodes as JSON)."""
-
-    status: Literal["ok", "invalid", "failed"]
-    result_text: str | None = None
-    reason: str | None = None
-    exit_code: int | None = None
-    wall_s: float
-    hostname: str
-    node_id: str | None = None
-    started_utc: AwareDatetime | None = Field(default=None, description="None: the run never started")
 
 
 class RunRecord(ArtifactHeader):
