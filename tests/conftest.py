@@ -82,6 +82,7 @@ UNIT_MODULES = frozenset(
         "test_architecture",
         "test_artifacts",
         "test_attention_gqa",
+        "test_batching",
         "test_caches",
         "test_cet",
         "test_cli_help",

@@ -28,6 +28,10 @@ SEED_LIMIT = 2**63
 
 LIMITS: dict[str, tuple[float, float]] = {
     "cameras": (1, 65_536),  # the memory check refuses, with exit 4, what does not fit
+    "batch": (1, 65_536),
+    "robots": (1, 65_536),
+    "max_wait_ms": (0.0, 60_000.0),
+    "serve_duration_s": (0.1, 86_400.0),
     "steps": (1, 10_000),
     "chunk": (1, 10_000),
     "actions_per_chunk": (1, 10_000),
@@ -99,6 +103,14 @@ class RunConfig(BaseModel):
     precision: str | None = Field(default=None, description="None: fp32 on CPUs, bf16 on CUDA")
     cameras: StrictInt | None = bounded("cameras", None, "None: the model's default")
     steps: StrictInt | None = bounded("steps", None, "None: the model's default")
+    batch: StrictInt = bounded(
+        "batch", 1, "observations per inference (the maximum batch with robots): each serves this many robots"
+    )
+    robots: StrictInt | None = bounded(
+        "robots", None, "serve this many robots from one policy instance through a dynamic batcher; None: not served"
+    )
+    max_wait_ms: StrictFloat = bounded("max_wait_ms", 5.0, "the batcher waits at most this long to fill a batch")
+    serve_duration_s: StrictFloat = bounded("serve_duration_s", 10.0, "how long the robots are served")
     chunk: StrictInt | None = bounded("chunk", None, "None: the model's default")
     execution: Literal["per-step", "sync", "async"] = Field(
         default="per-step",

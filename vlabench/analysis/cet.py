@@ -72,6 +72,9 @@ class CostReport(BaseModel):
     )
     actions_per_robot_hour: float
     busy_fraction: float = Field(description="share of each robot-hour the device spends inferring")
+    robots_per_device: float = Field(
+        default=1.0, gt=0, description="robots one device serves (a batch, or --robots): its hour is shared by them"
+    )
     energy_kwh_per_robot_hour: float
     electricity_usd_per_robot_hour: float
     hardware_usd_per_robot_hour: float | None
@@ -94,19 +97,21 @@ def cost_report(
     control_hz: float,
     execution: ExecutionModel,
     assumptions: CostAssumptions,
+    robots_per_device: float = 1.0,
 ) -> CostReport:
     """Per robot-hour: inferences at the action rate the execution model delivers at p50 (``gate``), idle power
-    between them, amortized hardware."""
+    between them, amortized hardware; a device serving several robots (each inference a batch of their observations)
+    shares its energy and hardware among them."""
     actions_per_hour = delivered_hz(latency_p50_ms, control_hz, execution) * SECONDS_PER_HOUR
     inferences_per_hour = actions_per_hour / execution.actions_per_inference
     busy_s = min(SECONDS_PER_HOUR, inferences_per_hour * latency_p50_ms / 1000.0)
     joules_per_hour = inferences_per_hour * joules_per_inference + (SECONDS_PER_HOUR - busy_s) * idle_w
-    kwh = joules_per_hour / 3.6e6
+    kwh = joules_per_hour / 3.6e6 / robots_per_device
     electricity = kwh * assumptions.electricity_usd_per_kwh
     hardware = None
     if price_usd is not None:
         operating_hours = assumptions.lifetime_years * HOURS_PER_YEAR * assumptions.duty_cycle
-        hardware = price_usd / operating_hours
+        hardware = price_usd / operating_hours / robots_per_device
     total = electricity if hardware is None else hardware + electricity
     return CostReport(
         assumptions=assumptions,
@@ -117,6 +122,7 @@ def cost_report(
         execution=execution,
         actions_per_robot_hour=actions_per_hour,
         busy_fraction=busy_s / SECONDS_PER_HOUR,
+        robots_per_device=robots_per_device,
         energy_kwh_per_robot_hour=kwh,
         electricity_usd_per_robot_hour=electricity,
         hardware_usd_per_robot_hour=hardware,

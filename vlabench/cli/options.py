@@ -23,16 +23,18 @@ from vlabench.config import LIMITS, OPEN_BELOW, RunConfig, describe_range
 RUN_DEFAULTS = RunConfig()
 
 # The help panels of `vlabench run`, in the order it lists them; profile and loop reuse them.
-TARGET, WORKLOAD, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT = (
+TARGET, WORKLOAD, SERVING, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT = (
     "Model and target",
     "Workload",
+    "Serving several robots",
     "Timing",
     "Energy and cost",
     "Optimizations",
     "Output",
 )
-TargetOption, WorkloadOption, TimingOption, EnergyOption, OptimizationOption, OutputOption = (
-    partial(typer.Option, rich_help_panel=panel) for panel in (TARGET, WORKLOAD, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT)
+TargetOption, WorkloadOption, ServingOption, TimingOption, EnergyOption, OptimizationOption, OutputOption = (
+    partial(typer.Option, rich_help_panel=panel)
+    for panel in (TARGET, WORKLOAD, SERVING, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT)
 )
 
 
@@ -130,6 +132,36 @@ StepsFlag = Annotated[
 ]
 ChunkFlag = Annotated[
     int | None, run_option("chunk", option=WorkloadOption, help=contextual("Action chunk length.", "the model's"))
+]
+BatchFlag = Annotated[
+    int,
+    run_option(
+        "batch",
+        option=WorkloadOption,
+        help="Observations per inference, one per robot (with --robots: the largest batch the server forms).",
+    ),
+]
+RobotsFlag = Annotated[
+    int | None,
+    run_option(
+        "robots",
+        option=ServingOption,
+        help="After timing, serve this many robots from the one policy instance through a dynamic batcher "
+        "(per-robot latency, queueing, throughput; cost and energy shared among them).",
+    ),
+]
+MaxWaitFlag = Annotated[
+    float,
+    run_option(
+        "max_wait_ms",
+        "--max-wait-ms",
+        option=ServingOption,
+        help="Longest wait to fill a batch, after its oldest request, ms.",
+    ),
+]
+ServeDurationFlag = Annotated[
+    float,
+    run_option("serve_duration_s", "--serve-duration", option=ServingOption, help="How long the robots are served, s."),
 ]
 ExecutionFlag = Annotated[
     str,

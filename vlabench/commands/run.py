@@ -15,6 +15,7 @@ from vlabench.commands.run_checks import check_optimizations, check_workload, pl
 from vlabench.commands.run_output import check_paths
 from vlabench.commands.run_pass import timed_pass
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
+from vlabench.commands.run_serving import serve_in_process
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.hardware.detection import detect_host
@@ -91,7 +92,9 @@ def plan_run(config: RunConfig) -> RunPlan:
     spec = load_model_spec(config.model)
     if config.checkpoint is not None:
         spec = with_checkpoint(spec, config.checkpoint)
-    workload = Workload.from_spec(spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk)
+    workload = Workload.from_spec(
+        spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk, config.batch
+    )
     schedule = parse_schedule(config.dp_cache, workload.steps) if config.dp_cache else None
     check_workload(spec, workload)
     check_quant_scheme(config.quant_scheme, backend_class(config.backend), config.precision)
@@ -301,6 +304,7 @@ def execute_many(
             optimization=optimizations[index],
             notes=(*shared, *notes),
             details=(extra_details or {}).get(index, {}),
+            serving=serve_in_process(plan, contender) if config.robots else None,
         )
         results.append(assemble_result(plan, measured, system_state, started))
     return results
@@ -369,5 +373,5 @@ def measure_plan_energy(plan: RunPlan, contender: Contender) -> EnergyResult | N
         windows = measure_energy(contender, meter, config.energy_window_s, config.idle_window_s)
     finally:
         meter.close()
-    actions = execution_model(plan.config, plan.workload).actions_per_inference
+    actions = execution_model(plan.config, plan.workload).actions_per_inference * plan.workload.batch
     return energy_result(meter, windows, actions, plan.meter.notes)

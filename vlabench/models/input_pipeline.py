@@ -151,3 +151,16 @@ def raw_observation(workload: Workload, seed: int) -> RawObservation:
     state = torch.randn(batch, workload.frames * workload.state_dim, generator=generator) * 3.0
     instruction = [INSTRUCTIONS[(seed + row) % len(INSTRUCTIONS)] for row in range(batch)]
     return RawObservation(frames=frames, instruction=instruction, state=state)
+
+
+def stack_rows(rows: list[RawObservation], batch: int) -> RawObservation:
+    """Robots' single-row observations as one batch of ``batch`` rows, the last row repeated as padding (a graph
+    exported for a fixed batch takes only that batch)."""
+    if not 0 < len(rows) <= batch:
+        raise ValueError(f"{len(rows)} observations do not fit a batch of {batch}")
+    padded = rows + [rows[-1]] * (batch - len(rows))
+    return RawObservation(
+        frames=torch.cat([row.frames for row in padded]),
+        instruction=[text for row in padded for text in row.instruction],
+        state=torch.cat([row.state for row in padded]),
+    )

@@ -47,6 +47,7 @@ class Workload(BaseModel):
         steps: int | None = None,
         chunk: int | None = None,
         actions_per_chunk: int | None = None,
+        batch: int = 1,
     ) -> Workload:
         """Spec defaults overridden by the given knobs; a quarter of the instruction is padding, as in practice."""
         action = spec.action
@@ -60,6 +61,7 @@ class Workload(BaseModel):
         actions_per_chunk = actions_per_chunk or min(action.actions_per_chunk, chunk)
         height, width = spec.image_shape
         return cls(
+            batch=batch,
             cameras=cameras,
             language_tokens=spec.language_tokens,
             language_valid_tokens=spec.language_tokens - spec.language_tokens // 4,

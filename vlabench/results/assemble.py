@@ -38,6 +38,7 @@ from vlabench.results.schema import (
     RunResult,
     Timing,
 )
+from vlabench.results.serving import ServingResult
 from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.system_state import SystemState
@@ -75,6 +76,7 @@ class Measured:
     optimization: Optimization | None = None
     notes: tuple[str, ...] = ()  # warnings about how it ran (several configurations in one process, a re-run alone)
     details: dict[str, Any] = field(default_factory=dict)  # backend details decided before it ran (precision auto)
+    serving: ServingResult | None = None  # --robots: the robots served after the timed pass
 
 
 def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemState, started: datetime) -> RunResult:
@@ -82,6 +84,7 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
     config, spec, workload = plan.config, plan.spec, plan.workload
     contender, measurement, energy = measured.contender, measured.measurement, measured.energy
     correctness, sustained = measured.correctness, measured.sustained
+    serving = served_energy(measured.serving, energy, execution_model(config, workload))
     target = plan.device.torch_device
     samples = measurement.samples_ms
     steps = [samples[Phase.step_span(i)] for i in range(workload.steps) if Phase.step_span(i) in samples]
@@ -139,7 +142,7 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
         control=control,
         correctness=correctness,
         energy=energy,
-        cost=run_cost(plan, energy, timing.phases["e2e"], price) if energy else None,
+        cost=run_cost(plan, energy, timing.phases["e2e"], price, serving) if energy else None,
         memory=MemoryInfo(
             params=plan.footprint.params,
             weights_bytes=plan.footprint.weights_bytes,
@@ -158,6 +161,7 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
             contender.policy.preparation, timing.first_inference_ms, config.idle_probe_s, measurement.after_idle_ms
         ),
         sustained=sustained,
+        serving=serving,
         optimization=measured.optimization,
         roofline=analyze(
             spec,
@@ -176,7 +180,8 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
 def energy_result(
     meter: EnergyMeter, windows: EnergyWindows, actions_per_inference: int, notes: list[str]
 ) -> EnergyResult:
-    """Energy of the window; per action: per inference / the actions each inference executes (``execution_model``)."""
+    """Energy of the window; per action: per inference / the actions each inference executes (``execution_model``,
+    times its batch's rows)."""
     busy, idle = windows.busy, windows.idle
     per_inference = busy.joules / windows.iterations
     return EnergyResult(
@@ -197,7 +202,21 @@ def energy_result(
     )
 
 
-def run_cost(plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | None) -> CostReport:
+def served_energy(
+    serving: ServingResult | None, energy: EnergyResult | None, execution: ExecutionModel
+) -> ServingResult | None:
+    """The serving block with its joules per action per robot (the energy pass's inference over the mean batch)."""
+    if serving is None or energy is None:
+        return serving
+    per_action = energy.joules_per_inference / (serving.mean_batch * execution.actions_per_inference)
+    return serving.model_copy(update={"joules_per_action": per_action})
+
+
+def run_cost(
+    plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | None, serving: ServingResult | None = None
+) -> CostReport:
+    """Per robot-hour; a served run at the latency its robots saw, shared by the robots it served (a batch run: by
+    its batch)."""
     profile_price = plan.device.profile.price
     config = plan.config
     return cost_report(
@@ -207,9 +226,10 @@ def run_cost(plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | 
         joules_per_inference=energy.joules_per_inference,
         idle_w=energy.idle_w,
         energy_label=energy.label,
-        latency_p50_ms=e2e.p50,
+        latency_p50_ms=serving.latency.p50 if serving else e2e.p50,
         control_hz=config.control_hz,
         execution=execution_model(config, plan.workload),
+        robots_per_device=serving.robots if serving else plan.workload.batch,
         assumptions=CostAssumptions(
             lifetime_years=config.lifetime_years,
             duty_cycle=config.duty_cycle,

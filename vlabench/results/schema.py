@@ -25,6 +25,7 @@ from vlabench.results.control import ControlVerdict, legacy_control
 from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader, Stored
 from vlabench.results.provenance import Provenance
 from vlabench.results.relations import Problems, relation_problems
+from vlabench.results.serving import ServingResult
 from vlabench.results.store import read_json, validate_artifact
 from vlabench.results.sustained import ColdStart, Sustained
 from vlabench.telemetry.system_state import SystemState
@@ -34,13 +35,15 @@ MIN_LATENCY_MS = 1e-3
 MAX_LATENCY_MS = 86_400_000.0
 """One day: a longer inference is no measurement."""
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
 verdict under an execution model (``ControlVerdict``), usable device memory; older control blocks are re-gated on
 reading (``legacy_control``). 1.3: each percentile's 95% confidence interval (``Stats.intervals``); the gate judges
 the upper end of p99's (``ControlVerdict.judged_on``); 1.2 files, without intervals, keep their point p99. 1.4: the
-cold start (``ColdStart``), latency per window and the sensors' trace (``Sustained``), the input pipeline's phase."""
-READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", "1.3", SCHEMA_VERSION)
+cold start (``ColdStart``), latency per window and the sensors' trace (``Sustained``), the input pipeline's phase.
+1.5: robots served by one policy instance (``ServingResult``), cost and energy shared by the robots a device serves
+(``robots_per_device``)."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", "1.3", "1.4", SCHEMA_VERSION)
 GATE_FAILED = "failed the correctness gate"
 
 
@@ -183,6 +186,9 @@ class RunResult(ArtifactHeader):
     cold_start: ColdStart | None = Field(default=None, description="preparation stage by stage (None before 1.4)")
     sustained: Sustained | None = Field(
         default=None, description="latency per window and the sensors through the pass (None before 1.4)"
+    )
+    serving: ServingResult | None = Field(
+        default=None, description="--robots: the robots served by this policy instance (None: not served)"
     )
 
     READABLE_SCHEMAS: ClassVar[tuple[str, ...] | None] = READABLE_SCHEMA_VERSIONS

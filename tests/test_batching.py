@@ -1,0 +1,138 @@
+"""The dynamic batcher: batches never exceed the maximum, a batch waits at most the maximum wait after its oldest
+request, requests are served oldest first (no robot starves), and failures reach every request they concern."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
+from vlabench.measure.serving import RobotsSettings, serve_robots
+
+
+class FakeClock:
+    """A clock the test moves by hand (ns)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_a_batch_never_exceeds_the_maximum_and_takes_the_oldest_first():
+    batcher = DynamicBatcher(max_batch=3, max_wait_s=10.0)
+    for robot in range(7):
+        batcher.submit(robot, f"obs-{robot}")
+    sizes, order = [], []
+    while batcher.pending():
+        batch = batcher.next_batch(timeout_s=1.0)
+        sizes.append(len(batch))
+        order.extend(request.robot for request in batch)
+    assert sizes == [3, 3, 1] and order == list(range(7))
+
+
+def test_a_full_batch_is_served_without_waiting():
+    batcher = DynamicBatcher(max_batch=2, max_wait_s=30.0)
+    batcher.submit(0, "a")
+    batcher.submit(1, "b")
+    began = time.monotonic()
+    assert [request.robot for request in batcher.next_batch(timeout_s=1.0)] == [0, 1]
+    assert time.monotonic() - began < 5.0  # far below the 30 s it would wait for a third request
+
+
+def test_a_partial_batch_waits_until_the_oldest_request_has_waited_the_maximum():
+    clock = FakeClock()
+    batcher = DynamicBatcher(max_batch=4, max_wait_s=0.2, clock=clock)
+    batcher.submit(0, "a")
+    taken: list = []
+    server = threading.Thread(target=lambda: taken.extend(batcher.next_batch(timeout_s=5.0)))
+    server.start()
+    server.join(0.3)
+    assert server.is_alive() and not taken  # the clock has not moved: the batch is still forming
+    clock.now = 100_000_000  # 100 ms: a second request joins the forming batch
+    batcher.submit(1, "b")
+    server.join(0.3)
+    assert server.is_alive()
+    clock.now = 200_000_000  # the oldest has waited 200 ms: the batch goes, not full
+    server.join(5.0)
+    assert [request.robot for request in taken] == [0, 1]
+    assert all(request.started_ns == 200_000_000 and request.batch_size == 2 for request in taken)
+
+
+def test_zero_wait_serves_what_is_queued_at_once():
+    batcher = DynamicBatcher(max_batch=8, max_wait_s=0.0)
+    batcher.submit(0, "a")
+    assert len(batcher.next_batch(timeout_s=1.0)) == 1
+
+
+def test_an_empty_queue_gives_an_empty_batch_after_the_timeout():
+    assert DynamicBatcher(max_batch=2, max_wait_s=0.0).next_batch(timeout_s=0.05) == []
+
+
+def test_an_inference_error_reaches_every_request_of_its_batch_and_the_server_goes_on():
+    batcher = DynamicBatcher(max_batch=2, max_wait_s=0.0)
+    first = [batcher.submit(robot, robot) for robot in range(2)]
+
+    def broken(payloads):
+        raise RuntimeError("out of memory in the batch")
+
+    serve(batcher.next_batch(timeout_s=1.0), broken, time.perf_counter_ns)
+    for request in first:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            request.wait(1.0)
+    later = batcher.submit(5, 5)
+    serve(batcher.next_batch(timeout_s=1.0), lambda payloads: [p * 10 for p in payloads], time.perf_counter_ns)
+    assert later.wait(1.0) == 50
+
+
+def test_closing_fails_the_queued_requests_and_refuses_new_ones():
+    batcher = DynamicBatcher(max_batch=2, max_wait_s=0.0)
+    queued = batcher.submit(0, "a")
+    batcher.close()
+    with pytest.raises(BatcherClosed):
+        queued.wait(1.0)
+    with pytest.raises(BatcherClosed):
+        batcher.submit(1, "b")
+
+
+@pytest.mark.parametrize("max_batch, max_wait_s", [(0, 0.0), (1, -1.0)])
+def test_impossible_settings_are_refused(max_batch, max_wait_s):
+    with pytest.raises(ValueError):
+        DynamicBatcher(max_batch, max_wait_s)
+
+
+def test_robots_served_together_each_get_their_own_rows_and_a_fair_share():
+    """Six robots, batches of at most 4: every reply is the robot's own (no mix-up in a batch), every robot is
+    served about as often as the others, and no batch is larger than allowed."""
+    sizes = []
+
+    def infer(payloads):
+        sizes.append(len(payloads))
+        time.sleep(0.01)
+        return [("reply", robot, number) for robot, number in payloads]
+
+    replies: dict[int, list] = {}
+
+    def payloads(robot, number):
+        replies.setdefault(robot, []).append(number)
+        return (robot, number)
+
+    settings = RobotsSettings(robots=6, max_batch=4, max_wait_s=0.005, period_s=0.05, duration_s=1.0)
+    measured = serve_robots(infer, payloads, settings)
+    assert not measured.failures and max(sizes) <= 4
+    counts = [sum(entry.robot == robot for entry in measured.requests) for robot in range(6)]
+    assert min(counts) >= 5 and max(counts) - min(counts) <= 2, counts
+    assert all(entry.queue_ms >= 0 and entry.latency_ms >= entry.inference_ms for entry in measured.requests)
+
+
+def test_a_robot_whose_requests_fail_is_reported_not_hung():
+    def infer(payloads):
+        raise RuntimeError("the backend crashed")
+
+    settings = RobotsSettings(robots=2, max_batch=2, max_wait_s=0.0, period_s=0.05, duration_s=0.5)
+    measured = serve_robots(infer, lambda robot, number: robot, settings)
+    assert measured.requests == [] and len(measured.failures) == 2
+    assert all("RuntimeError: the backend crashed" in failure for failure in measured.failures)

@@ -1,0 +1,84 @@
+"""``run --batch`` and ``run --robots``: every model family serves several robots from one policy instance through
+real backends; the result holds the serving block, and its cost and energy are shared among the robots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import recorded
+from typer.testing import CliRunner
+
+from vlabench.cli.app import app
+from vlabench.results.schema import RunResult
+
+runner = CliRunner()
+FAST = ["--min-iterations", "2", "--min-duration", "0", "--warmup", "1", "--threads", "1"]
+ENERGY = ["--energy-meter", "estimated", "--energy-window", "1", "--idle-window", "0.1"]
+
+
+def run_json(*args: str) -> RunResult:
+    done = runner.invoke(app, ["run", *FAST, *args, "--json"])
+    assert done.exit_code == 0, done.output[-3000:]
+    return RunResult.model_validate(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize("model", recorded.TINY_MODELS)
+def test_every_family_serves_three_robots_in_batches_of_two(model, tmp_path):
+    result = run_json(
+        "-m", model, *ENERGY, "--batch", "2", "--robots", "3", "--serve-duration", "1", "-o", str(tmp_path)
+    )
+    serving = result.serving
+    assert result.workload.batch == 2 and serving is not None and serving.transport == "in-process"
+    assert serving.robots == 3 and serving.max_batch == 2 and 1.0 <= serving.mean_batch <= 2.0
+    assert [robot.robot for robot in serving.per_robot] == [0, 1, 2] and all(r.requests > 0 for r in serving.per_robot)
+    assert serving.requests == sum(robot.requests for robot in serving.per_robot)
+    assert serving.latency.p50 >= serving.inference.p50 > 0 and serving.queue.min >= 0
+    assert serving.requests * result.cost.execution.actions_per_inference == pytest.approx(
+        serving.actions_per_s * serving.duration_s
+    )
+    # the device's hour and energy are shared by the three robots it serves
+    assert result.cost.robots_per_device == 3
+    per_action = result.energy.joules_per_inference / (serving.mean_batch * result.cost.execution.actions_per_inference)
+    assert serving.joules_per_action == pytest.approx(per_action)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_graph_backends_serve_robots_at_their_exported_batch(backend, tmp_path):
+    result = run_json(
+        "-m",
+        "smolvla-tiny",
+        "-b",
+        backend,
+        "--energy-meter",
+        "none",
+        "--batch",
+        "4",
+        "--robots",
+        "2",
+        "--serve-duration",
+        "1",
+        "-o",
+        str(tmp_path),
+    )
+    assert result.valid and result.backend == backend and result.serving.requests > 0
+    assert result.serving.padded_share >= 0.5  # two robots never fill a batch of four: half of it is padding
+
+
+def test_a_batch_shares_the_cost_of_a_robot_hour_and_the_energy_of_an_action(tmp_path):
+    one = run_json("-m", "smolvla-tiny", *ENERGY, "--price-usd", "1000", "-o", str(tmp_path))
+    four = run_json("-m", "smolvla-tiny", *ENERGY, "--price-usd", "1000", "--batch", "4", "-o", str(tmp_path))
+    assert one.cost.robots_per_device == 1 and four.cost.robots_per_device == 4
+    assert four.cost.hardware_usd_per_robot_hour == pytest.approx(one.cost.hardware_usd_per_robot_hour / 4)
+    assert four.energy.joules_per_action == pytest.approx(four.energy.joules_per_inference / 4)
+    assert four.serving is None
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [(["--robots", "0"], "--robots"), (["--batch", "0"], "--batch"), (["--max-wait-ms", "-1"], "--max-wait-ms")],
+)
+def test_impossible_serving_settings_are_refused_before_any_work(flags, named, tmp_path):
+    done = runner.invoke(app, ["run", "-m", "smolvla-tiny", *flags, "-o", str(tmp_path)])
+    assert done.exit_code == 2 and named in done.output
+    assert not list(tmp_path.glob("*.json"))

@@ -1,0 +1,116 @@
+"""Dynamic batching: robots' requests wait in one queue; the server takes them oldest first, as many as the maximum
+batch, waiting at most the maximum wait after the oldest arrived (Triton's ``max_queue_delay``, TorchServe's
+``maxBatchDelay``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class BatcherClosed(Exception):
+    """The batcher was closed: no request is taken any more."""
+
+
+@dataclass
+class Request:
+    """One robot's request: its payload, when it arrived, and (once served) its result and when it was served."""
+
+    robot: int
+    payload: Any
+    arrived_ns: int
+    started_ns: int = 0
+    finished_ns: int = 0
+    batch_size: int = 0
+    result: Any = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def wait(self, timeout_s: float | None = None) -> Any:
+        """The result (raising the server's error for it); ``TimeoutError`` when it is not served in time."""
+        if not self.done.wait(timeout_s):
+            raise TimeoutError(f"robot {self.robot}'s request was not served within {timeout_s:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class DynamicBatcher:
+    """A FIFO queue of requests served in batches of at most ``max_batch``, each formed within ``max_wait_s`` of its
+    oldest request's arrival (0: whatever is queued when the server asks)."""
+
+    def __init__(self, max_batch: int, max_wait_s: float, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, not {max_batch}")
+        if max_wait_s < 0:
+            raise ValueError(f"max_wait_s must not be negative, not {max_wait_s}")
+        self.max_batch, self.max_wait_ns, self.clock = max_batch, int(max_wait_s * 1e9), clock
+        self._queue: deque[Request] = deque()
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def submit(self, robot: int, payload: Any) -> Request:
+        request = Request(robot, payload, self.clock())
+        with self._changed:
+            if self._closed:
+                raise BatcherClosed("the server is shutting down")
+            self._queue.append(request)
+            self._changed.notify_all()
+        return request
+
+    def next_batch(self, timeout_s: float | None = None) -> list[Request]:
+        """The next batch, oldest request first: blocks until a request arrives (``[]`` after ``timeout_s``, or at
+        once when closed and empty), then until the batch is full or the oldest has waited ``max_wait_s``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._queue or self._closed, timeout_s):
+                return []
+            if not self._queue:
+                return []
+            deadline_ns = self._queue[0].arrived_ns + self.max_wait_ns
+            while len(self._queue) < self.max_batch and not self._closed:
+                left_s = (deadline_ns - self.clock()) / 1e9
+                if left_s <= 0:
+                    break
+                self._changed.wait(left_s)
+            taken = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+        started = self.clock()
+        for request in taken:
+            request.started_ns, request.batch_size = started, len(taken)
+        return taken
+
+    def pending(self) -> int:
+        with self._changed:
+            return len(self._queue)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Take no more requests; the queued ones fail with ``error`` (default: ``BatcherClosed``)."""
+        with self._changed:
+            self._closed = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._changed.notify_all()
+        for request in left:
+            fail(request, error or BatcherClosed("the server shut down before serving this request"))
+
+
+def serve(batch: list[Request], infer: Callable[[list[Any]], list[Any]], clock: Callable[[], int]) -> None:
+    """Run ``infer`` on the batch's payloads and hand each request its result (or the error ``infer`` raised)."""
+    try:
+        results = infer([request.payload for request in batch])
+    except Exception as exc:  # every request of the batch learns why; the server goes on
+        for request in batch:
+            fail(request, exc)
+        return
+    finished = clock()
+    for request, result in zip(batch, results, strict=True):
+        request.result, request.finished_ns = result, finished
+        request.done.set()
+
+
+def fail(request: Request, error: BaseException) -> None:
+    request.error = error
+    request.done.set()
