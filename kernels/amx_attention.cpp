@@ -9,7 +9,8 @@
 // as it is stored. Keys past the last are zero in the packed K and V and get a probability of exactly zero.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

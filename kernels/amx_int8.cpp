@@ -12,7 +12,8 @@
 // as one call on a weight packed as (gate, up) block pairs, with act(gate) * up taken in the same pass.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,8 @@
 // p v); one task takes up to 64 query rows of one head, 4 rows at a time, whose score rows stay in L1.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

@@ -12,7 +12,8 @@
 // are the same operations as the AVX-512 epilogue's, so the outputs match the VNNI path's on the same packed weight.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,8 @@
 // activation codes, and the checks on an operator call. amx_int8.cpp (AMX, VNNI) and avx2_int8.cpp (AVX2) are built
 // into separate libraries with different instruction sets, so they share this header rather than code.
 #pragma once
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
 #include <cstdint>
 
