@@ -64,7 +64,8 @@ def serve_robots(
     infer: Callable[[list[Any]], list[Any]], payloads: Payloads, settings: RobotsSettings
 ) -> ServingMeasurement:
     """Serve ``settings.robots`` robot threads for ``duration_s`` from this thread; robots start staggered over one
-    period (their clocks are not aligned) and stop asking at the end; the requests in flight are still served."""
+    period (their clocks are not aligned; over half the duration when the period is longer) and stop asking at the
+    end; the requests in flight are still served."""
     clock = time.perf_counter_ns
     batcher = DynamicBatcher(settings.max_batch, settings.max_wait_s, clock)
     served: list[ServedRequest] = []
@@ -73,9 +74,10 @@ def serve_robots(
     began = clock()
     end_ns = began + int(settings.duration_s * 1e9)
     period_ns = int(settings.period_s * 1e9)
+    stagger_ns = min(period_ns, (end_ns - began) // 2)
 
     def robot(index: int) -> None:
-        due = began + period_ns * index // settings.robots
+        due = began + stagger_ns * index // settings.robots
         number = 0
         while due < end_ns:
             time.sleep(max(0.0, (due - clock()) / 1e9))

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.text import Text
 
 from vlabench.analysis.cet import feasibility
+from vlabench.cli.views.serving import serving_lines
 from vlabench.cli.views.tables import FittedTable
 from vlabench.commands.run import RunPlan
 from vlabench.config import RunConfig
@@ -124,6 +125,7 @@ def result_tables(result: RunResult) -> list[Any]:
             memory,
             cold_start_line(result),
             *sustained_lines(result),
+            *serving_lines(result),
             correctness_line(result),
             *optimization_lines(result),
             *cet_lines(result),
@@ -316,6 +318,8 @@ def cet_lines(result: RunResult) -> list[Text]:
         )
     lines += [Text(f"           {note}", style="dim") for note in energy.notes]
     basis = "" if cost.basis == "hardware+electricity" else " (electricity only: no purchase price; pass --price-usd)"
+    if cost.robots_per_device != 1:
+        basis += f"; the device's hour shared by {cost.robots_per_device:g} robots"
     price = f"${cost.price_usd:,.0f}{' (estimate)' if cost.price_estimate else ''}" if cost.price_usd else "none"
     lines.append(
         Text(
