@@ -9,7 +9,7 @@ import time
 import pytest
 
 from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
-from vlabench.measure.serving import RobotsSettings, serve_robots
+from vlabench.measure.serving import Reply, RobotsSettings, drive_robots, serve_robots
 
 
 class FakeClock:
@@ -136,3 +136,38 @@ def test_a_robot_whose_requests_fail_is_reported_not_hung():
     measured = serve_robots(infer, lambda robot, number: robot, settings)
     assert measured.requests == [] and len(measured.failures) == 2
     assert all("RuntimeError: the backend crashed" in failure for failure in measured.failures)
+
+
+def sleeping_ask(latency_s: float):
+    def ask(robot, number):
+        time.sleep(latency_s)
+        return Reply(queue_ms=0.0, inference_ms=latency_s * 1000, batch_size=1)
+
+    return ask
+
+
+def test_async_execution_is_on_time_while_the_next_chunk_comes_within_the_current_one():
+    """The robot asks as soon as it starts a chunk; a reply in 20 ms for chunks of 100 ms never leaves it idle."""
+    settings = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.1, duration_s=0.6, execution="async")
+    measured = drive_robots(sleeping_ask(0.02), settings)
+    assert len(measured.requests) >= 5 and all(entry.stall_ms == 0 for entry in measured.requests)
+    # the second request goes out as the first chunk starts, then one each time a chunk starts: a chunk apart
+    sends = [entry.sent_ns for entry in measured.requests[1:]]
+    assert all(later - earlier >= 0.09e9 for earlier, later in zip(sends, sends[1:]))
+
+
+def test_async_execution_stalls_by_what_a_slow_reply_takes_beyond_the_chunk():
+    settings = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.05, duration_s=0.8, execution="async")
+    measured = drive_robots(sleeping_ask(0.12), settings)
+    later = measured.requests[1:]  # the first chunk has no chunk before it to run out
+    assert measured.requests[0].stall_ms == 0 and later
+    assert all(60 <= entry.stall_ms <= 120 for entry in later), [entry.stall_ms for entry in later]
+
+
+def test_sync_execution_waits_for_every_chunk_and_per_step_only_for_late_ones():
+    sync = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.05, duration_s=0.5, execution="sync")
+    measured = drive_robots(sleeping_ask(0.02), sync)
+    assert all(entry.stall_ms == pytest.approx(entry.latency_ms) for entry in measured.requests)
+    step = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.05, duration_s=0.5)
+    assert all(entry.stall_ms == 0 for entry in drive_robots(sleeping_ask(0.02), step).requests)
+    assert all(entry.stall_ms > 0 for entry in drive_robots(sleeping_ask(0.08), step).requests)

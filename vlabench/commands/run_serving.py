@@ -62,6 +62,7 @@ def serve_in_process(plan: PlannedRun, contender: Contender) -> ServingResult:
         max_wait_s=config.max_wait_ms / 1000.0,
         period_s=request_period_s(config.control_hz, execution),
         duration_s=config.serve_duration_s,
+        execution=config.execution,
     )
     observations = robot_observations(plan, robots)
     measured = serve_robots(
@@ -72,6 +73,7 @@ def serve_in_process(plan: PlannedRun, contender: Contender) -> ServingResult:
     return serving_result(
         measured.requests,
         transport="in-process",
+        execution=config.execution,
         robots=robots,
         max_batch=settings.max_batch,
         max_wait_s=settings.max_wait_s,

@@ -1,6 +1,14 @@
-"""Several robots served by one policy instance: each robot asks for an action chunk every period (its own thread),
-one dynamic batcher gathers the requests, the server runs them as batches. Every request's arrival, start and end
-are kept; a request is late when its chunk came after the robot's previous one ran out (one period)."""
+"""Several robots served by one policy instance. Each robot is a thread that asks for an action chunk, executes it
+under its execution model and asks again; one dynamic batcher gathers the requests of robots served in this process
+(a remote server has its own). Every request keeps its latency, where the time went, and how long the robot stalled
+without an action to execute.
+
+When a robot asks, by execution model (``P``: the period its reply's actions take at the control rate):
+
+- ``per-step``: every ``P`` (one action per reply); it stalls for what the reply takes beyond ``P``.
+- ``sync``: after executing the previous chunk; it stalls for the whole latency (it waits for every chunk).
+- ``async``: as soon as it starts executing a chunk, so the next one is computed meanwhile; it stalls when that
+  one arrives after the current chunk ran out (measured, not computed from the latency)."""
 
 from __future__ import annotations
 
@@ -8,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
 
-Payloads = Callable[[int, int], Any]
-"""(robot, request number) → what the robot sends."""
+ExecutionMode = Literal["per-step", "sync", "async"]
+clock = time.perf_counter_ns
 
 
 @dataclass(frozen=True)
@@ -21,23 +29,29 @@ class RobotsSettings:
     robots: int
     max_batch: int
     max_wait_s: float
-    period_s: float  # each robot asks once per period: the time its previous chunk's actions (or one step) take
+    period_s: float  # the time one reply's actions take at the control rate
     duration_s: float
+    execution: ExecutionMode = "per-step"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What serving one request took (ms): the wait in the batcher, the batch's inference, its size, and for a
+    remote server the rest of the way (``split``: encoding, network, decoding)."""
+
+    queue_ms: float
+    inference_ms: float
+    batch_size: int
+    split: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ServedRequest:
-    """One request as the robot saw it (times in ns on the perf_counter clock; ``split`` for a remote server:
-    encoding, network and server time, in ms)."""
-
     robot: int
-    sent_ns: int
-    arrived_ns: int
-    started_ns: int
-    finished_ns: int
+    sent_ns: int  # perf_counter ns on the robot's side
     received_ns: int
-    batch_size: int
-    split: dict[str, float] = field(default_factory=dict)
+    reply: Reply
+    stall_ms: float = 0.0  # the robot had no action to execute
 
     @property
     def latency_ms(self) -> float:
@@ -45,11 +59,19 @@ class ServedRequest:
 
     @property
     def queue_ms(self) -> float:
-        return (self.started_ns - self.arrived_ns) / 1e6
+        return self.reply.queue_ms
 
     @property
     def inference_ms(self) -> float:
-        return (self.finished_ns - self.started_ns) / 1e6
+        return self.reply.inference_ms
+
+    @property
+    def batch_size(self) -> int:
+        return self.reply.batch_size
+
+    @property
+    def split(self) -> dict[str, float]:
+        return self.reply.split
 
 
 @dataclass
@@ -60,14 +82,14 @@ class ServingMeasurement:
     failures: list[str] = field(default_factory=list)
 
 
-def serve_robots(
-    infer: Callable[[list[Any]], list[Any]], payloads: Payloads, settings: RobotsSettings
-) -> ServingMeasurement:
-    """Serve ``settings.robots`` robot threads for ``duration_s`` from this thread; robots start staggered over one
-    period (their clocks are not aligned; over half the duration when the period is longer) and stop asking at the
-    end; the requests in flight are still served."""
-    clock = time.perf_counter_ns
-    batcher = DynamicBatcher(settings.max_batch, settings.max_wait_s, clock)
+Ask = Callable[[int, int], Reply]
+"""(robot, request number) → the reply, blocking until it came (raising why it did not)."""
+
+
+def drive_robots(ask: Ask, settings: RobotsSettings, pump: Callable[[], None] | None = None) -> ServingMeasurement:
+    """Run the robot threads for ``duration_s`` (``pump``, if given, is called in this thread until they end: the
+    in-process server runs its batches there); robots start staggered over one period (at most half the duration):
+    their clocks are not aligned. A robot whose request fails stops, and the failure is reported."""
     served: list[ServedRequest] = []
     failures: list[str] = []
     lock = threading.Lock()
@@ -78,13 +100,13 @@ def serve_robots(
 
     def robot(index: int) -> None:
         due = began + stagger_ns * index // settings.robots
+        executing_until: int | None = None  # async: when the chunk being executed runs out
         number = 0
         while due < end_ns:
             time.sleep(max(0.0, (due - clock()) / 1e9))
             sent = clock()
             try:
-                request = batcher.submit(index, payloads(index, number))
-                request.wait()
+                reply = ask(index, number)
             except BatcherClosed:
                 return
             except Exception as exc:
@@ -92,22 +114,51 @@ def serve_robots(
                     failures.append(f"robot {index}: {type(exc).__name__}: {exc}")
                 return
             received = clock()
-            entry = ServedRequest(
-                index, sent, request.arrived_ns, request.started_ns, request.finished_ns, received, request.batch_size
-            )
+            if settings.execution == "sync":
+                stall, due = received - sent, received + period_ns
+            elif settings.execution == "async":
+                deadline = received if executing_until is None else executing_until
+                stall = max(0, received - deadline)
+                start = max(received, deadline)
+                executing_until, due = start + period_ns, start
+            else:
+                stall = max(0, received - sent - period_ns)
+                due = max(sent + period_ns, received)
             with lock:
-                served.append(entry)
+                served.append(ServedRequest(index, sent, received, reply, stall / 1e6))
             number += 1
-            due = max(due + period_ns, received)  # a late chunk: ask again at once
 
     threads = [threading.Thread(target=robot, args=(index,), daemon=True) for index in range(settings.robots)]
     for thread in threads:
         thread.start()
     while any(thread.is_alive() for thread in threads):
+        if pump is None:
+            time.sleep(0.05)
+        else:
+            pump()
+    requests = sorted(served, key=lambda entry: entry.sent_ns)
+    return ServingMeasurement(settings, requests, (clock() - began) / 1e9, failures)
+
+
+def serve_robots(
+    infer: Callable[[list[Any]], list[Any]], payloads: Callable[[int, int], Any], settings: RobotsSettings
+) -> ServingMeasurement:
+    """Robots served in this process: their requests go through one ``DynamicBatcher``; the batches run in this
+    thread (where the policy was prepared and timed)."""
+    batcher = DynamicBatcher(settings.max_batch, settings.max_wait_s, clock)
+
+    def ask(robot: int, number: int) -> Reply:
+        request = batcher.submit(robot, payloads(robot, number))
+        request.wait()
+        queue_ms = (request.started_ns - request.arrived_ns) / 1e6
+        return Reply(queue_ms, (request.finished_ns - request.started_ns) / 1e6, request.batch_size)
+
+    def pump() -> None:
         batch = batcher.next_batch(timeout_s=0.05)
         if batch:
             serve(batch, infer, clock)
-    batcher.close()
-    return ServingMeasurement(
-        settings, sorted(served, key=lambda entry: entry.sent_ns), (clock() - began) / 1e9, failures
-    )
+
+    try:
+        return drive_robots(ask, settings, pump)
+    finally:
+        batcher.close()

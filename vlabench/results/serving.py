@@ -14,8 +14,13 @@ from vlabench.measure.stats import Stats, summarize
 
 class Served(Protocol):
     robot: int
-    batch_size: int
-    split: dict[str, float]
+    stall_ms: float
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def split(self) -> dict[str, float]: ...
 
     @property
     def latency_ms(self) -> float: ...
@@ -32,18 +37,19 @@ class RobotServing(BaseModel):
     requests: int
     latency_p50_ms: float
     latency_p99_ms: float
-    late_share: float = Field(description="share of its chunks that arrived after its previous chunk ran out")
+    late_share: float = Field(description="share of its replies after which it stalled (no action to execute)")
 
 
 class ServingResult(BaseModel):
     """Latency as each robot saw it (request sent to chunk received), split into where the time went."""
 
     transport: Literal["in-process", "grpc"]
+    execution: Literal["per-step", "sync", "async"] = Field(description="when each robot asks (measure/serving.py)")
     server: str | None = Field(default=None, description="HOST:PORT of the policy server (grpc)")
     robots: int = Field(gt=0)
     max_batch: int = Field(gt=0)
     max_wait_ms: float = Field(ge=0)
-    request_period_ms: float = Field(gt=0, description="each robot asks once per period")
+    request_period_ms: float = Field(gt=0, description="the time one reply's actions take at the control rate")
     duration_s: float = Field(gt=0)
     requests: int = Field(ge=0)
     batches: int = Field(ge=0)
@@ -51,7 +57,8 @@ class ServingResult(BaseModel):
     padded_share: float = Field(ge=0, le=1, description="batch rows filled with padding (the graph's fixed batch)")
     actions_per_s: float = Field(ge=0, description="actions delivered to all robots per second")
     inferences_per_s: float = Field(ge=0, description="batched inferences per second")
-    late_share: float = Field(ge=0, le=1)
+    late_share: float = Field(ge=0, le=1, description="share of replies after which the robot stalled")
+    stall: Stats = Field(description="how long a robot had no action to execute after each reply (0: on time)")
     latency: Stats
     queue: Stats = Field(description="waiting in the server's batcher")
     inference: Stats = Field(description="the batch's inference on the server, pre- and postprocessing included")
@@ -69,6 +76,7 @@ def serving_result(
     served: Sequence[Served],
     *,
     transport: Literal["in-process", "grpc"],
+    execution: Literal["per-step", "sync", "async"],
     robots: int,
     max_batch: int,
     max_wait_s: float,
@@ -89,7 +97,7 @@ def serving_result(
         mine = [entry.latency_ms for entry in served if entry.robot == robot]
         if mine:
             p50, p99 = np.percentile(mine, [50, 99])
-            late = sum(value > period_ms for value in mine) / len(mine)
+            late = sum(entry.stall_ms > 0 for entry in served if entry.robot == robot) / len(mine)
             per_robot.append(
                 RobotServing(
                     robot=robot,
@@ -102,6 +110,7 @@ def serving_result(
     splits = sorted({name for entry in served for name in entry.split})
     return ServingResult(
         transport=transport,
+        execution=execution,
         server=server,
         robots=robots,
         max_batch=max_batch,
@@ -114,7 +123,8 @@ def serving_result(
         padded_share=1.0 - len(served) / (batches * max_batch),
         actions_per_s=len(served) * actions_per_request / duration_s,
         inferences_per_s=batches / duration_s,
-        late_share=sum(entry.latency_ms > period_ms for entry in served) / len(served),
+        late_share=sum(entry.stall_ms > 0 for entry in served) / len(served),
+        stall=summarize([entry.stall_ms for entry in served]),
         latency=summarize([entry.latency_ms for entry in served]),
         queue=summarize([entry.queue_ms for entry in served]),
         inference=summarize([entry.inference_ms for entry in served]),
