@@ -75,6 +75,9 @@ class CostReport(BaseModel):
     robots_per_device: float = Field(
         default=1.0, gt=0, description="robots one device serves (a batch, or --robots): its hour is shared by them"
     )
+    rows_per_inference: float = Field(
+        default=1.0, gt=0, description="robots' observations per inference (the batch, or the served mean batch)"
+    )
     energy_kwh_per_robot_hour: float
     electricity_usd_per_robot_hour: float
     hardware_usd_per_robot_hour: float | None
@@ -98,15 +101,18 @@ def cost_report(
     execution: ExecutionModel,
     assumptions: CostAssumptions,
     robots_per_device: float = 1.0,
+    rows_per_inference: float = 1.0,
 ) -> CostReport:
     """Per robot-hour: inferences at the action rate the execution model delivers at p50 (``gate``), idle power
-    between them, amortized hardware; a device serving several robots (each inference a batch of their observations)
-    shares its energy and hardware among them."""
+    between them, amortized hardware. A device serving ``robots_per_device`` robots, ``rows_per_inference`` of them
+    per inference (a batch), runs one inference per that many robot requests, and its idle time and hardware are
+    shared among all of them."""
     actions_per_hour = delivered_hz(latency_p50_ms, control_hz, execution) * SECONDS_PER_HOUR
-    inferences_per_hour = actions_per_hour / execution.actions_per_inference
+    inferences_per_hour = actions_per_hour / execution.actions_per_inference / rows_per_inference
     busy_s = min(SECONDS_PER_HOUR, inferences_per_hour * latency_p50_ms / 1000.0)
-    joules_per_hour = inferences_per_hour * joules_per_inference + (SECONDS_PER_HOUR - busy_s) * idle_w
-    kwh = joules_per_hour / 3.6e6 / robots_per_device
+    idle_s = max(0.0, SECONDS_PER_HOUR / robots_per_device - busy_s)
+    joules_per_hour = inferences_per_hour * joules_per_inference + idle_s * idle_w
+    kwh = joules_per_hour / 3.6e6
     electricity = kwh * assumptions.electricity_usd_per_kwh
     hardware = None
     if price_usd is not None:
@@ -123,6 +129,7 @@ def cost_report(
         actions_per_robot_hour=actions_per_hour,
         busy_fraction=busy_s / SECONDS_PER_HOUR,
         robots_per_device=robots_per_device,
+        rows_per_inference=rows_per_inference,
         energy_kwh_per_robot_hour=kwh,
         electricity_usd_per_robot_hour=electricity,
         hardware_usd_per_robot_hour=hardware,
@@ -144,10 +151,14 @@ def action_costs(
     idle_w: float,
     price_usd: float | None,
     assumptions: CostAssumptions,
+    robots_per_device: float = 1.0,
+    rows_per_inference: float = 1.0,
 ) -> dict[str, float | None]:
     """joules_per_action, usd_per_million_actions (None without a price) and its electricity-only part, per action
-    the execution model executes."""
+    the execution model executes (per robot, for a device serving several)."""
     common = dict(
+        robots_per_device=robots_per_device,
+        rows_per_inference=rows_per_inference,
         price_source=None,
         price_estimate=False,
         joules_per_inference=joules_per_inference,
@@ -161,7 +172,7 @@ def action_costs(
     electricity = cost_report(price_usd=None, **common).usd_per_million_actions
     full = cost_report(price_usd=price_usd, **common).usd_per_million_actions if price_usd is not None else None
     return {
-        "joules_per_action": joules_per_inference / execution.actions_per_inference,
+        "joules_per_action": joules_per_inference / execution.actions_per_inference / rows_per_inference,
         "usd_per_million_actions": full,
         "usd_per_million_actions_electricity_only": electricity,
     }
@@ -256,6 +267,12 @@ GATE_COLUMNS = (
 ELECTRICITY_ONLY = "usd_per_million_actions_electricity_only"
 
 
+def shared(row: dict[str, Any], column: str) -> float:
+    """A row's ``robots_per_device`` or ``rows_per_inference``: 1 when the row has none (one robot per device)."""
+    value = row.get(column)
+    return float(value) if _number(value) and value > 0 else 1.0
+
+
 def gate_rows(frame: pd.DataFrame, control_hz: float, execution: ExecutionModel | None) -> pd.DataFrame:
     """``frame`` with the gate columns (``GATE_COLUMNS``), feasible and reasons of every row (``feasibility``), and
     energy and cost per action recomputed under each row's execution model where it has the ``COST_INPUTS``."""
@@ -291,6 +308,8 @@ def gate_rows(frame: pd.DataFrame, control_hz: float, execution: ExecutionModel 
                     row["idle_w"],
                     price,
                     assumptions,
+                    shared(row, "robots_per_device"),
+                    shared(row, "rows_per_inference"),
                 )
             )
         records.append(record)

@@ -51,7 +51,9 @@ def results_frame(
     energy, latency and price (``cet.gate_rows``). The input of ``cet.rank``, ``compare`` and the leaderboard.
 
     Columns:
-    identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), file;
+    identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), batch, file;
+    serving: serving (None, "in-process" or "grpc": a served run's latencies are those its robots saw),
+    robots_per_device and rows_per_inference (how many robots share the device, and how many per inference);
     control (``cet.gate``): execution ("per-step", "sync", "async"), actions_per_chunk (executed per inference: 1
     per step), latency_p50_ms, latency_p99_ms (the latency the gate judges: the upper end of p99's 95% interval, or
     the slowest sample with too few samples), inference_hz_p50, inference_hz_p99, reaction_ms (that latency),
@@ -72,7 +74,8 @@ def results_frame(
 
 
 def _row(path: Path, result: RunResult) -> dict[str, Any]:
-    e2e = result.timing.phases["e2e"]
+    served = result.serving
+    e2e = served.latency if served else result.timing.phases["e2e"]  # a served run: the latency its robots saw
     energy, cost, config = result.energy, result.cost, result.config
     control = result.control
     optimization = result.optimization
@@ -90,6 +93,10 @@ def _row(path: Path, result: RunResult) -> dict[str, Any]:
         "cameras": result.workload.cameras,
         "steps": result.workload.steps,
         "chunk": result.workload.chunk,
+        "batch": result.workload.batch,
+        "serving": served.transport if served else None,
+        "robots_per_device": cost.robots_per_device if cost else 1.0,
+        "rows_per_inference": cost.rows_per_inference if cost else 1.0,
         "execution": control.execution,
         "actions_per_chunk": control.actions_per_chunk,
         "latency_p50_ms": e2e.p50,

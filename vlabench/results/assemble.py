@@ -230,6 +230,7 @@ def run_cost(
         control_hz=config.control_hz,
         execution=execution_model(config, plan.workload),
         robots_per_device=serving.robots if serving else plan.workload.batch,
+        rows_per_inference=serving.mean_batch if serving else plan.workload.batch,
         assumptions=CostAssumptions(
             lifetime_years=config.lifetime_years,
             duty_cycle=config.duty_cycle,

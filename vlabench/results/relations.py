@@ -190,13 +190,14 @@ def _energy_relations(result: RunResult) -> Problems:
                 f"{expected:g} J",
             )
         )
-    actions = result.control.actions_per_chunk
+    actions = result.control.actions_per_chunk * result.workload.batch  # each row of a batch is a robot's
     if actions >= 1 and not _close(energy.joules_per_action * actions, energy.joules_per_inference, 1e-9):
         found.append(
             (
                 "energy.joules_per_action",
-                f"energy per action = per inference / actions: {energy.joules_per_action:g} J x {actions} actions "
-                f"against {energy.joules_per_inference:g} J per inference",
+                f"energy per action = per inference / actions (of every row of the batch): "
+                f"{energy.joules_per_action:g} J x {actions} actions against {energy.joules_per_inference:g} J per "
+                "inference",
             )
         )
     limit, source = _power_limit(result)
