@@ -83,6 +83,7 @@ UNIT_MODULES = frozenset(
         "test_artifacts",
         "test_attention_gqa",
         "test_batching",
+        "test_wire",
         "test_caches",
         "test_cet",
         "test_cli_help",

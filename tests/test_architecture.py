@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vlabench.optimizations",),
     ("vlabench.results",),
     ("vlabench.commands",),
-    ("vlabench.fleet",),
+    ("vlabench.fleet", "vlabench.serving"),
     ("vlabench.leaderboard_site",),
     ("vlabench.cli",),
     ("vlabench.__main__",),

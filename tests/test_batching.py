@@ -3,6 +3,7 @@ request, requests are served oldest first (no robot starves), and failures reach
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -153,7 +154,7 @@ def test_async_execution_is_on_time_while_the_next_chunk_comes_within_the_curren
     assert len(measured.requests) >= 5 and all(entry.stall_ms == 0 for entry in measured.requests)
     # the second request goes out as the first chunk starts, then one each time a chunk starts: a chunk apart
     sends = [entry.sent_ns for entry in measured.requests[1:]]
-    assert all(later - earlier >= 0.09e9 for earlier, later in zip(sends, sends[1:]))
+    assert all(later - earlier >= 0.09e9 for earlier, later in itertools.pairwise(sends))
 
 
 def test_async_execution_stalls_by_what_a_slow_reply_takes_beyond_the_chunk():

@@ -32,6 +32,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "robots": (1, 65_536),
     "max_wait_ms": (0.0, 60_000.0),
     "serve_duration_s": (0.1, 86_400.0),
+    "request_timeout_s": (0.001, 86_400.0),
     "steps": (1, 10_000),
     "chunk": (1, 10_000),
     "actions_per_chunk": (1, 10_000),
@@ -111,6 +112,12 @@ class RunConfig(BaseModel):
     )
     max_wait_ms: StrictFloat = bounded("max_wait_ms", 5.0, "the batcher waits at most this long to fill a batch")
     serve_duration_s: StrictFloat = bounded("serve_duration_s", 10.0, "how long the robots are served")
+    remote: str | None = Field(
+        default=None, description="HOST:PORT of a `vlabench serve` policy server: robots here, the policy there"
+    )
+    request_timeout_s: StrictFloat = bounded(
+        "request_timeout_s", 30.0, "--remote: a robot gives up on a request unanswered for this long"
+    )
     chunk: StrictInt | None = bounded("chunk", None, "None: the model's default")
     execution: Literal["per-step", "sync", "async"] = Field(
         default="per-step",

@@ -15,6 +15,7 @@ from vlabench.cli.analysis import calibrate_dp_cache, fidelity, project, rooflin
 from vlabench.cli.catalog import devices, models, rank
 from vlabench.cli.fleet import compare, sweep, validate, worker
 from vlabench.cli.measure import loop, profile, run
+from vlabench.cli.serve import serve_policy
 from vlabench.cli.site import build, serve
 from vlabench.cli.views.console import safe, stderr, stdout
 from vlabench.errors import InterruptError, VlabenchError
@@ -82,5 +83,6 @@ for command in (
     validate,
 ):
     app.command()(reports_errors(command))
+app.command("serve")(reports_errors(serve_policy))
 group("calibrate", "Offline calibrations.", {"dp-cache": calibrate_dp_cache})
 group("site", "The static CET leaderboard website.", {"build": build, "serve": serve})

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from vlabench.cli.options import (
     RUN_DEFAULTS,
@@ -32,6 +31,8 @@ from vlabench.cli.options import (
     OutputOption,
     PrecisionFlag,
     QuantSchemeFlag,
+    RemoteFlag,
+    RequestTimeoutFlag,
     RobotsFlag,
     SeedFlag,
     ServeDurationFlag,
@@ -41,13 +42,12 @@ from vlabench.cli.options import (
     TimingOption,
     WarmupFlag,
     contextual,
-    given_for,
     number_option,
     run_option,
     with_target_options,
 )
+from vlabench.cli.run_config import build_run_config
 from vlabench.cli.views.console import markup_safe, notes, show, stderr, stdout, write_json
-from vlabench.config import RunConfig
 from vlabench.errors import InputError, InvalidResultError, VlabenchError
 from vlabench.measure.stats import P99_BOUND_SAMPLES
 
@@ -82,6 +82,8 @@ def run(
     robots: RobotsFlag = None,
     max_wait_ms: MaxWaitFlag = RUN_DEFAULTS.max_wait_ms,
     serve_duration_s: ServeDurationFlag = RUN_DEFAULTS.serve_duration_s,
+    remote: RemoteFlag = None,
+    request_timeout_s: RequestTimeoutFlag = RUN_DEFAULTS.request_timeout_s,
     seed: SeedFlag = RUN_DEFAULTS.seed,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
     min_iterations: Annotated[
@@ -216,6 +218,12 @@ def run(
     from vlabench.commands.run_output import save_result
 
     run_config = build_run_config(ctx)
+    if run_config.remote:
+        from vlabench.cli.serve import run_remote_robots
+
+        saved_remote = run_remote_robots(run_config, as_json)
+        report_unsaved([saved_remote] if saved_remote.problem else [], run_config.out)
+        return
     plans, skipped = plan_runs(run_config)
     info = notes(as_json)
     info.print(plan_summary(plans))
@@ -368,33 +376,3 @@ def loop(
     for message in result.warnings:
         stderr.print(f"[yellow]warning:[/] {markup_safe(message)}", highlight=False)
     notes(as_json).print(f"loop: [bold]{markup_safe(run_config.out / (result.stem() + '.loop.json'))}[/]")
-
-
-def build_run_config(ctx: typer.Context) -> RunConfig:
-    """The ``--config`` file's settings (if any) overridden by the flags given, i.e. the command's parameters named
-    like a RunConfig field that the command line set; one clear error, naming the flags, if the result is invalid."""
-    config = ctx.params.get("config")
-    base = load_config_file(config) if config else RunConfig()
-    given = given_for(ctx, RunConfig.model_fields)
-    try:
-        return RunConfig.model_validate({**base.model_dump(exclude_unset=True), **given})
-    except ValidationError as exc:
-        flags = run_flags(ctx)
-        problems = "; ".join(
-            f"{flags.get(str(error['loc'][0]), error['loc'][0])}: {error['msg']}" if error["loc"] else error["msg"]
-            for error in exc.errors()
-        )
-        raise InputError(f"invalid option: {problems}") from None
-
-
-def run_flags(ctx: typer.Context) -> dict[str, str]:
-    """RunConfig field → the flag that sets it, as ``vlabench run`` declares them (it has one for every field)."""
-    root = ctx.find_root()
-    return {param.name: param.opts[0] for param in root.command.get_command(root, "run").params if param.name}
-
-
-def load_config_file(path: Path) -> RunConfig:
-    """A ``--config`` file: a regular UTF-8 file (never a FIFO, a device or a binary), strict YAML, a valid config."""
-    from vlabench.yaml_data import load_yaml_file
-
-    return load_yaml_file(path, RunConfig, "run config", empty_ok=True)

@@ -159,6 +159,22 @@ MaxWaitFlag = Annotated[
         help="Longest wait to fill a batch, after its oldest request, ms.",
     ),
 ]
+RemoteFlag = Annotated[
+    str | None,
+    ServingOption(
+        help="HOST:PORT of a `vlabench serve` policy server: the --robots run here and send their observations "
+        "there (the result splits encoding, network, queueing and inference).",
+    ),
+]
+RequestTimeoutFlag = Annotated[
+    float,
+    run_option(
+        "request_timeout_s",
+        "--request-timeout",
+        option=ServingOption,
+        help="With --remote: a robot gives up on a request unanswered for this long, s.",
+    ),
+]
 ServeDurationFlag = Annotated[
     float,
     run_option("serve_duration_s", "--serve-duration", option=ServingOption, help="How long the robots are served, s."),

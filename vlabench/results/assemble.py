@@ -101,7 +101,9 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
         samples_ms=samples,
     )
     host = detect_host()
-    control = control_verdict(timing.phases["e2e"], config.control_hz, execution_model(config, workload))
+    # a served run is gated on the latency its robots saw, queueing included
+    judged = serving.latency if serving else timing.phases["e2e"]
+    control = control_verdict(judged, config.control_hz, execution_model(config, workload))
     price = config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
     memory_gb = plan.device.profile.memory_gb.value if plan.device.profile.memory_gb else None
     usable_gb = plan.device.profile.usable_gb

@@ -227,8 +227,10 @@ def _memory_relations(result: RunResult) -> Problems:
 
 
 def _control_relations(result: RunResult) -> Problems:
-    """The control block's rates and reaction delay are the gate of the recorded end-to-end percentiles."""
-    e2e, control = result.timing.phases.get("e2e"), result.control
+    """The control block's rates and reaction delay are the gate of the recorded end-to-end percentiles (a served
+    run's: of the latency its robots saw)."""
+    control = result.control
+    e2e = result.serving.latency if result.serving else result.timing.phases.get("e2e")
     if e2e is None or control.regated_from is not None:
         return []
     judged = e2e.judged_p99()[0]

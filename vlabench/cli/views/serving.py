@@ -5,8 +5,28 @@ from __future__ import annotations
 from rich.text import Text
 
 from vlabench.results.schema import RunResult
+from vlabench.results.serving import ServingResult
 
-SPLIT_LABELS = {"encode": "client encoding", "network": "network and transfer", "decode": "client decoding"}
+SPLIT_LABELS = {
+    "encode": "robot's encoding",
+    "network": "network",
+    "server_decode": "server's decoding",
+    "decode": "robot's decoding",
+}
+
+
+def latency_parts(served: ServingResult) -> list[tuple[str, float]]:
+    """The p50 of each part of a robot's latency, in the order a request goes through them."""
+    split = {name: stats.p50 for name, stats in served.split_ms.items()}
+    order = [
+        ("encode", split.get("encode")),
+        ("network", split.get("network")),
+        ("server_decode", split.get("server_decode")),
+        ("queue", served.queue.p50),
+        ("inference", served.inference.p50),
+        ("decode", split.get("decode")),
+    ]
+    return [(SPLIT_LABELS.get(name, name), value) for name, value in order if value is not None]
 
 
 def serving_lines(result: RunResult) -> list[Text]:
@@ -21,11 +41,8 @@ def serving_lines(result: RunResult) -> list[Text]:
             f"{served.mean_batch:.2f} ({served.padded_share:.0%} padding), {served.actions_per_s:.3g} actions/s"
         ),
         Text(
-            f"           latency p50 {served.latency.p50:.1f} ms, p99 {served.latency.p99:.1f} ms = queue p50 "
-            f"{served.queue.p50:.1f} ms + inference p50 {served.inference.p50:.1f} ms"
-            + "".join(
-                f" + {SPLIT_LABELS.get(name, name)} p50 {stats.p50:.1f} ms" for name, stats in served.split_ms.items()
-            )
+            f"           latency p50 {served.latency.p50:.1f} ms, p99 {served.latency.p99:.1f} ms; p50s: "
+            + " + ".join(f"{label} {value:.1f} ms" for label, value in latency_parts(served))
         ),
     ]
     late = Text(
