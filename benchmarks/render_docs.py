@@ -867,6 +867,72 @@ def render_compare_aa(root: Path) -> str:
     return captioned(intro, table(["model", "A/A pairs", "false regressions"], rows, "lrr"), meta)
 
 
+def render_serving(root: Path) -> str:
+    """``benchmarks/serving.py``: robots per policy instance by batch, and four robots over gRPC on loopback."""
+    doc, meta = load(root, f"{RESULTS}/serving-cpu.json")
+    settings = doc["settings"]
+    rows = [
+        [
+            f"`{r['model']}`",
+            str(r["batch"]),
+            ms(r["batch_e2e_p50_ms"]),
+            f"{r['batch_actions_per_s']:.1f}",
+            ms(r["robot_latency_p50_ms"]),
+            ms(r["robot_latency_p99_ms"]),
+            ms(r["queue_p50_ms"]),
+            f"{r['mean_batch']:.2f}",
+            f"{r['served_actions_per_s']:.1f}",
+            pct(r["late_share"]),
+            f"{r['joules_per_action_per_robot']:.3g}" if r["joules_per_action_per_robot"] is not None else "—",
+        ]
+        for r in doc["rows"]
+    ]
+    first = doc["rows"][0]
+    intro = (
+        f"{first['backend']} {first['precision']}, {settings['threads']} threads, each robot executing "
+        f"{first['actions_per_chunk']} actions per chunk at 10 Hz (async: it asks for the next chunk as it starts one) "
+        f"for {settings['serve_duration']:g} s; B robots per batch B. *batch e2e*: the timed pass at batch B (every "
+        "robot of a full batch waits this long); *robots*: what the served robots saw, queueing in the dynamic "
+        f"batcher included; energy per action per robot is {first['energy_label']}."
+    )
+    header = [
+        "model",
+        "batch",
+        "batch e2e p50 ms",
+        "actions/s at full batches",
+        "robot p50 ms",
+        "robot p99 ms",
+        "queue p50 ms",
+        "mean batch",
+        "actions/s served",
+        "late chunks",
+        "J / action / robot",
+    ]
+    lines = [intro, "", table(header, rows, "lr" + "r" * 9), ""]
+    remote = doc.get("remote")
+    if remote:
+        split = remote["split_p50_ms"]
+        parts = [
+            ("the robot's JPEG encoding", split.get("encode")),
+            ("network", split.get("network")),
+            ("the server's decoding", split.get("server_decode")),
+            ("queue", remote["queue_p50_ms"]),
+            ("inference", remote["inference_p50_ms"]),
+            ("the robot's decoding", split.get("decode")),
+        ]
+        lines += [
+            f"Offloaded over gRPC on loopback: {remote['robots']} robots of `vlabench run --remote` served by "
+            f"`vlabench serve -m {remote['model']} --batch {remote['batch']}` ({remote['requests']} requests, mean "
+            f"batch {remote['mean_batch']:.2f}): a robot's latency p50 {ms(remote['robot_latency_p50_ms'])} ms, p99 "
+            f"{ms(remote['robot_latency_p99_ms'])} ms; the p50 of each part: "
+            + ", ".join(f"{name} {ms(value)} ms" for name, value in parts if value is not None)
+            + ".",
+            "",
+        ]
+    lines.append(provenance(meta))
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Block] = {
     "quickstart": Block((f"{RESULTS}/quickstart/smolvla-cpu.json",), render_quickstart),
     "models": Block((f"{RESULTS}/models.json",), render_models),
@@ -878,6 +944,7 @@ BLOCKS: dict[str, Block] = {
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
     "compare-aa": Block((f"{RESULTS}/compare-aa.json",), render_compare_aa),
+    "serving": Block((f"{RESULTS}/serving-cpu.json",), render_serving),
 }
 for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
     _path = f"{RESULTS}/expert-profile-{_artifact}.json"

@@ -44,12 +44,16 @@ DOWNLOAD_COLUMNS = (
     "model",
     "device",
     "device_kind",
+    "deployment",
+    "robots",
+    "offload_server",
     "backend",
     "precision",
     "optimizations",
     "cameras",
     "steps",
     "chunk",
+    "batch",
     "actions_per_chunk",
     "latency_p50_ms",
     "latency_p99_ms",
@@ -139,6 +143,9 @@ def build_site(
     unranked = run_rows(board, control_hz) + reported_rows(entries, energies)
     if projected:
         unranked += projected_rows(projections())
+    for row in unranked:  # published and projected figures are for a policy on the robot's own device
+        row.setdefault("deployment", "on-robot")
+        row.setdefault("robots", 1)
     rows = rank_rows(unranked, priority, control_hz, execution)
     settings = {
         "priority": priority,

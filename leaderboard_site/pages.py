@@ -28,6 +28,7 @@ PAGE_KEYS = (
     *("latency_p50_ms", "latency_p99_ms", "memory_needed_gb", "device_memory_gb", "device_memory_nameplate_gb"),
     *("chunk", "action_error", "p99_note", "error_band", "error_band_label", "stack", "date", "vlabench_version"),
     *("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
+    *("deployment", "robots", "robots_per_device", "rows_per_inference"),
 )
 
 
@@ -194,7 +195,7 @@ def filter_options(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
     def distinct(key: str) -> list[str]:
         return sorted({str(row[key]) for row in rows if row[key] is not None})
 
-    return {key: distinct(key) for key in ("model", "device", "device_kind", "backend")}
+    return {key: distinct(key) for key in ("model", "device", "device_kind", "deployment", "backend")}
 
 
 def model_spec(name: str) -> ModelSpec | None:

@@ -21,6 +21,7 @@ FRAME_KEYS = (
     *("latency_p99_ms", "memory_needed_gb", "device_memory_gb", "energy_label", "valid", "invalid_reason"),
     *("action_error", "approximate", "chunk", "device_memory_nameplate_gb", "joules_per_inference", "idle_w"),
     *("price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
+    *("batch", "serving", "robots_per_device", "rows_per_inference"),
 )
 """The columns of ``aggregate.results_frame`` a site row keeps (the CET figures are recomputed at ranking)."""
 
@@ -75,7 +76,19 @@ def row_key(result: RunResult) -> tuple:
         w.cameras,
         w.steps,
         w.actions_per_chunk,
+        w.batch,
+        deployment(result),
     )
+
+
+def deployment(result: RunResult) -> str:
+    """Where the policy ran for the robot: ``on-robot`` (one robot, or a batch of robots' observations), ``served``
+    (several robots by one instance on the device) or ``offload`` (robots sending their observations over the
+    network to a server): offload rows rank beside on-robot rows, the server's hour shared by its robots."""
+    served = result.serving
+    if served is None:
+        return "on-robot"
+    return "offload" if served.transport == "grpc" else "served"
 
 
 def latest_per_configuration(runs: list[Run]) -> list[Run]:
@@ -135,6 +148,9 @@ def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
             kind="run",
             run_id=result.run_id,
             device_kind=result.device.kind,
+            deployment=deployment(result),
+            robots=result.serving.robots if result.serving else result.workload.batch,
+            offload_server=result.serving.server if result.serving and result.serving.transport == "grpc" else None,
             optimizations=optimizations(result),
             provenance=provenance(result),
             group="approximate" if row["approximate"] else "exact",

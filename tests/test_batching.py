@@ -10,7 +10,7 @@ import time
 import pytest
 
 from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
-from vlabench.measure.serving import Reply, RobotsSettings, drive_robots, serve_robots
+from vlabench.measure.serving import Reply, RobotsSettings, ServedRequest, drive_robots, serve_robots
 
 
 class FakeClock:
@@ -85,8 +85,8 @@ def test_an_inference_error_reaches_every_request_of_its_batch_and_the_server_go
         with pytest.raises(RuntimeError, match="out of memory"):
             request.wait(1.0)
     later = batcher.submit(5, 5)
-    serve(batcher.next_batch(timeout_s=1.0), lambda payloads: [p * 10 for p in payloads], time.perf_counter_ns)
-    assert later.wait(1.0) == 50
+    serve(batcher.next_batch(timeout_s=1.0), lambda payloads: ([p * 10 for p in payloads], 2), time.perf_counter_ns)
+    assert later.wait(1.0) == 50 and later.rows == 2 and later.batch_size == 1
 
 
 def test_closing_fails_the_queued_requests_and_refuses_new_ones():
@@ -113,7 +113,7 @@ def test_robots_served_together_each_get_their_own_rows_and_a_fair_share():
     def infer(payloads):
         sizes.append(len(payloads))
         time.sleep(0.01)
-        return [("reply", robot, number) for robot, number in payloads]
+        return [("reply", robot, number) for robot, number in payloads], 4
 
     replies: dict[int, list] = {}
 
@@ -142,7 +142,7 @@ def test_a_robot_whose_requests_fail_is_reported_not_hung():
 def sleeping_ask(latency_s: float):
     def ask(robot, number):
         time.sleep(latency_s)
-        return Reply(queue_ms=0.0, inference_ms=latency_s * 1000, batch_size=1)
+        return Reply(queue_ms=0.0, inference_ms=latency_s * 1000, batch_size=1, rows=1)
 
     return ask
 
@@ -172,3 +172,35 @@ def test_sync_execution_waits_for_every_chunk_and_per_step_only_for_late_ones():
     step = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.05, duration_s=0.5)
     assert all(entry.stall_ms == 0 for entry in drive_robots(sleeping_ask(0.02), step).requests)
     assert all(entry.stall_ms > 0 for entry in drive_robots(sleeping_ask(0.08), step).requests)
+
+
+@pytest.mark.parametrize("largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
+def test_batches_run_on_power_of_two_buckets_up_to_the_largest(largest, sizes):
+    from vlabench.commands.run_serving import bucket_sizes
+
+    assert bucket_sizes(largest) == sizes
+
+
+def test_padding_is_the_share_of_computed_rows_no_robot_asked_for():
+    from vlabench.results.serving import serving_result
+
+    def served(robot, batch_size, rows):
+        reply = Reply(queue_ms=1.0, inference_ms=5.0, batch_size=batch_size, rows=rows)
+        return ServedRequest(robot, 0, 10_000_000, reply)
+
+    # a batch of three padded to four rows, then one request alone on a one-row graph: 5 rows for 4 requests
+    requests = [served(0, 3, 4), served(1, 3, 4), served(2, 3, 4), served(0, 1, 1)]
+    result = serving_result(
+        requests,
+        transport="in-process",
+        execution="per-step",
+        robots=3,
+        max_batch=4,
+        max_wait_s=0.0,
+        period_s=0.1,
+        duration_s=1.0,
+        actions_per_request=1,
+        batch_sizes=[1, 2, 4],
+    )
+    assert result.batches == 2 and result.mean_batch == pytest.approx(2.0)
+    assert result.padded_share == pytest.approx(1 - 4 / 5) and result.batch_sizes == [1, 2, 4]

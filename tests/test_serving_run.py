@@ -25,8 +25,9 @@ def run_json(*args: str) -> RunResult:
 
 @pytest.mark.parametrize("model", recorded.TINY_MODELS)
 def test_every_family_serves_three_robots_in_batches_of_two(model, tmp_path):
+    energy = ENERGY if model == "smolvla-tiny" else ["--energy-meter", "none"]  # the sharing is family-blind
     result = run_json(
-        "-m", model, *ENERGY, "--batch", "2", "--robots", "3", "--serve-duration", "1", "-o", str(tmp_path)
+        "-m", model, *energy, "--batch", "2", "--robots", "3", "--serve-duration", "1", "-o", str(tmp_path)
     )
     serving = result.serving
     assert result.workload.batch == 2 and serving is not None and serving.transport == "in-process"
@@ -34,11 +35,13 @@ def test_every_family_serves_three_robots_in_batches_of_two(model, tmp_path):
     assert [robot.robot for robot in serving.per_robot] == [0, 1, 2] and all(r.requests > 0 for r in serving.per_robot)
     assert serving.requests == sum(robot.requests for robot in serving.per_robot)
     assert serving.latency.p50 >= serving.inference.p50 > 0 and serving.queue.min >= 0
-    assert serving.requests * result.cost.execution.actions_per_inference == pytest.approx(
+    assert serving.requests * result.control.actions_per_chunk == pytest.approx(
         serving.actions_per_s * serving.duration_s
     )
+    if result.energy is None:
+        return
     # the device's hour and energy are shared by the three robots it serves
-    assert result.cost.robots_per_device == 3
+    assert result.cost.robots_per_device == 3 and result.cost.rows_per_inference == serving.mean_batch
     per_action = result.energy.joules_per_inference / (serving.mean_batch * result.cost.execution.actions_per_inference)
     assert serving.joules_per_action == pytest.approx(per_action)
 
@@ -62,7 +65,8 @@ def test_graph_backends_serve_robots_at_their_exported_batch(backend, tmp_path):
         str(tmp_path),
     )
     assert result.valid and result.backend == backend and result.serving.requests > 0
-    assert result.serving.padded_share >= 0.5  # two robots never fill a batch of four: half of it is padding
+    # a graph per batch size (1, 2 and 4, each exported once): two robots' batches run unpadded
+    assert result.serving.batch_sizes == [1, 2, 4] and result.serving.padded_share == 0
 
 
 def test_a_batch_shares_the_cost_of_a_robot_hour_and_the_energy_of_an_action(tmp_path):
@@ -82,3 +86,18 @@ def test_impossible_serving_settings_are_refused_before_any_work(flags, named, t
     done = runner.invoke(app, ["run", "-m", "smolvla-tiny", *flags, "-o", str(tmp_path)])
     assert done.exit_code == 2 and named in done.output
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_sweep_takes_batch_and_robots_as_axes(tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        "fixed: {model: smolvla-tiny, warmup: 1, min_iterations: 2, min_duration_s: 0, threads: 1, "
+        "energy_meter: none, serve_duration_s: 1}\n"
+        "matrix: {batch: [1, 2], robots: [null, 3]}\n"
+        "exclude: [{batch: 1, robots: 3}]\n"
+    )
+    done = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 0, done.output[-3000:]
+    results = [RunResult.model_validate_json(p.read_text()) for p in (tmp_path / "out").glob("*.json")]
+    seen = {(r.workload.batch, r.serving.robots if r.serving else None) for r in results}
+    assert seen == {(1, None), (2, None), (2, 3)}

@@ -164,12 +164,49 @@ def _results(tmp_path_factory) -> Path:
     _scale_e2e(cases["dp-cache"], 0.6 * e2e["p50"], 0.6 * e2e["p99"])
     fastest = min(r["timing"]["phases"]["e2e"]["p50"] for r in (torch_run, ort_run))
     _scale_e2e(cases["invalid"], 0.5 * fastest, 0.5 * fastest)
+    cases["offload"] = _offload(torch_run)
     for name, data in cases.items():
         (folder / f"{name}.json").write_text(json.dumps(data))
     (folder / "broken.json").write_text('{"schema_version": "1.0", "run_id": ')
     (folder / "foreign.json").write_text('{"hello": "world"}')
     (folder / (real["torch"].name.removesuffix(".json") + ".trace.json")).write_text('{"traceEvents": []}')
     return folder
+
+
+def _offload(baseline: dict) -> dict:
+    """Four robots served over gRPC by the torch run's host, assembled by vlabench's own ``offload_result`` from
+    hand-written requests (each 1.5 times the run's p50, batches of two): the site's offload row."""
+    from vlabench.analysis.cet import ExecutionModel
+    from vlabench.config import RunConfig
+    from vlabench.measure.serving import Reply, ServedRequest
+    from vlabench.results.offload import offload_result
+    from vlabench.results.schema import RunResult
+    from vlabench.results.serving import serving_result
+
+    latency_ms = 1.5 * baseline["timing"]["phases"]["e2e"]["p50"]
+    split = {"encode": 0.1 * latency_ms, "network": 0.1 * latency_ms, "server_decode": 0.1 * latency_ms, "decode": 0.0}
+    reply = Reply(queue_ms=0.1 * latency_ms, inference_ms=0.6 * latency_ms, batch_size=2, rows=2, split=split)
+    requests = [
+        ServedRequest(
+            robot=i % 4, sent_ns=i * 10**8, received_ns=i * 10**8 + int((latency_ms + i % 3) * 1e6), reply=reply
+        )
+        for i in range(40)
+    ]
+    served = serving_result(
+        requests,
+        transport="grpc",
+        execution="per-step",
+        robots=4,
+        max_batch=2,
+        max_wait_s=0.005,
+        period_s=1.0 / TARGET_HZ,
+        duration_s=4.0,
+        actions_per_request=1,
+        server="10.0.0.2:50051 (gpu-server)",
+    )
+    config = RunConfig(remote="10.0.0.2:50051", robots=4, serve_duration_s=4.0, control_hz=TARGET_HZ)
+    result = offload_result(RunResult.model_validate(baseline), served, config, ExecutionModel(), client="robot-1")
+    return result.model_dump(mode="json")
 
 
 @pytest.fixture(scope="session")
@@ -501,6 +538,7 @@ def test_filters_hide_rows(index):
         ("#filter-provenance", "provenance", "reported"),
         ("#filter-model", "model", "pi0"),
         ("#filter-device-kind", "device_kind", "cpu"),
+        ("#filter-deployment", "deployment", "offload"),
     ):
         index.page.select_option(selector, value)
         visible = [row["id"] for row in index.rows() if not row["hidden"]]
@@ -528,6 +566,36 @@ def test_columns_sort_on_click(index):
     assert all(row["rank"] for row in index.rows())  # never an empty # cell: a rank, or "—" when unranked
 
 
+def test_an_offload_row_ranks_beside_on_robot_rows_with_the_servers_hour_shared(index, built, table, results_dir):
+    """The offload row is ranked with the measured rows, on the latency its robots saw, its cost the page's own
+    computation (the server's hour shared by four robots, one inference per two of their requests) equal to
+    Python's; its device cell says so and its run page splits the robots' latency."""
+    offload = next(row for row in table if row["deployment"] == "offload")
+    served = json.loads((results_dir / "offload.json").read_text())["serving"]
+    assert offload["robots"] == 4 and offload["latency_p50_ms"] == pytest.approx(served["latency"]["p50"])
+    assert offload["rank"] is not None and offload["offload_server"].startswith("10.0.0.2:50051")
+    on_robot = next(
+        row
+        for row in table
+        if row["run_id"] != offload["run_id"]
+        and row["backend"] == "torch"
+        and row["deployment"] == "on-robot"
+        and row["device"] == "generic-x86-cpu"
+    )
+    # the same device and energy measurement: per robot, the offload row's hardware is a quarter of the hour
+    assert offload["usd_per_million_actions"] < on_robot["usd_per_million_actions"]
+    row = index.page.locator(f"#row-{offload['id']}")
+    assert "offload ×4" in row.inner_text()
+    # the page's own cost (leaderboard.js, at the page's default settings: those of the download) is Python's
+    assert row.locator(".cost").inner_text() == f"{offload['usd_per_million_actions']:.4g}"
+    run_page = next(p for p in (built[1] / "runs").glob("*.html") if offload["run_id"] in p.read_text())
+    visit = Visit(index.page.context.browser, built[1], f"runs/{run_page.name}")
+    visit.check_clean()
+    split = visit.page.locator("table.serving-split").inner_text()
+    assert all(part in split for part in ("whole request", "encode", "network", "server decode", "queue", "inference"))
+    visit.page.close()
+
+
 def test_detail_pages_in_the_browser(browser, built, table):
     site = built[1]
     torch_run = next(
@@ -538,6 +606,7 @@ def test_detail_pages_in_the_browser(browser, built, table):
         and r["device"] == "generic-x86-cpu"
         and r["optimizations"] == "none"
         and r["model"] == "smolvla-tiny"
+        and r["deployment"] == "on-robot"
     )
     run_page = next(p.name for p in (site / "runs").glob("*.html") if torch_run["run_id"] in p.read_text())
     for name, relative in (

@@ -74,14 +74,21 @@
     };
   }
 
-  // cet.cost_report: per robot-hour at the delivered action rate, idle power between inferences, amortized price.
+  // cet.shared: how many robots share the device, and how many of them one inference serves (1 when not recorded).
+  const shared = (row, key) => (present(row[key]) && row[key] > 0 ? row[key] : 1.0);
+
+  // cet.cost_report: per robot-hour at the delivered action rate, idle power between inferences, amortized price;
+  // a device serving several robots runs one inference per batch of their requests and shares its idle hour and
+  // price among them.
   function costPerMillion(row, s, price) {
+    const robots = shared(row, "robots_per_device");
     const actionsPerHour = deliveredHz(row.latency_p50_ms, s) * 3600.0;
-    const inferencesPerHour = actionsPerHour / actionsPerInference(s);
+    const inferencesPerHour = actionsPerHour / actionsPerInference(s) / shared(row, "rows_per_inference");
     const busy = Math.min(3600.0, (inferencesPerHour * row.latency_p50_ms) / 1000.0);
-    const joules = inferencesPerHour * row.joules_per_inference + (3600.0 - busy) * row.idle_w;
+    const idle = Math.max(0.0, 3600.0 / robots - busy);
+    const joules = inferencesPerHour * row.joules_per_inference + idle * row.idle_w;
     const electricity = (joules / 3.6e6) * row.electricity_usd_per_kwh;
-    const hardware = price === null ? null : price / (row.lifetime_years * 8760.0 * row.duty_cycle);
+    const hardware = price === null ? null : price / (row.lifetime_years * 8760.0 * row.duty_cycle) / robots;
     const total = hardware === null ? electricity : hardware + electricity;
     return (total / actionsPerHour) * 1e6;
   }
@@ -94,7 +101,7 @@
     const price = present(row.price_usd) ? row.price_usd : null;
     const finite = (x) => (Number.isFinite(x) ? x : null); // NaN (no idle power) is no figure, as in pandas
     return {
-      joules_per_action: row.joules_per_inference / actionsPerInference(s),
+      joules_per_action: row.joules_per_inference / actionsPerInference(s) / shared(row, "rows_per_inference"),
       usd_per_million_actions: price === null ? null : finite(costPerMillion(row, s, price)),
       usd_per_million_actions_electricity_only: finite(costPerMillion(row, s, null)),
     };

@@ -304,7 +304,7 @@ def execute_many(
             optimization=optimizations[index],
             notes=(*shared, *notes),
             details=(extra_details or {}).get(index, {}),
-            serving=serve_in_process(plan, contender) if config.robots else None,
+            serving=serve_in_process(plan, contender, prepare_contender) if config.robots else None,
         )
         results.append(assemble_result(plan, measured, system_state, started))
     return results

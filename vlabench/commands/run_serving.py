@@ -5,10 +5,14 @@ instruction, its state) and receives its chunk in robot units."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from torch import Tensor
 
 from vlabench.analysis.cet import ExecutionModel
+from vlabench.analysis.memory import check_fits, estimate_footprint
+from vlabench.errors import InsufficientMemoryError
+from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.serving import RobotsSettings, serve_robots
 from vlabench.measure.timing import Contender, plain_inference
 from vlabench.models.input_pipeline import InputPipeline, RawObservation, raw_observation, stack_rows
@@ -35,24 +39,89 @@ def robot_observations(plan: PlannedRun, robots: int) -> list[list[RawObservatio
     ]
 
 
-def batched_inference(plan: PlannedRun, contender: Contender) -> Callable[[list[RawObservation]], list[Tensor]]:
-    """Rows → one padded batch → preprocess, infer, postprocess → each row's chunk (on the host)."""
-    target = plan.device.torch_device
-    pipeline = InputPipeline(plan.spec, plan.workload, plan.config.seed, Precision.dtype(plan.precision), target)
-    noise = contender.inputs[0][1]
-    batch = plan.workload.batch
+def bucket_sizes(max_batch: int) -> list[int]:
+    """The batch sizes prepared for serving: powers of two below the maximum, and the maximum (a batch runs on the
+    smallest that holds it, padded to it)."""
+    sizes, size = [], 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, max_batch]
 
-    def infer(rows: list[RawObservation]) -> list[Tensor]:
-        observation = pipeline.preprocess(stack_rows(rows, batch))
+
+def sized_plans(plan: PlannedRun) -> list[PlannedRun]:
+    """One plan per bucket size when all of them fit in memory together; else the maximum batch alone (every batch
+    padded to it)."""
+    config = plan.config
+    plans = [
+        replace(
+            plan,
+            workload=plan.workload.model_copy(update={"batch": size}),
+            config=config.model_copy(update={"batch": size}),
+        )
+        for size in bucket_sizes(plan.workload.batch)
+    ]
+    footprints = [
+        estimate_footprint(p.spec, p.workload, p.precision, p.backend.name, iteration_cap(config), config.preprocess)
+        for p in plans
+    ]
+    combined = plan.footprint.model_copy(update={"total_bytes": sum(f.total_bytes for f in footprints)})
+    try:
+        check_fits(plan.spec, combined, plan.device.torch_device, plan.precision)
+    except InsufficientMemoryError:
+        return [plan]
+    return plans
+
+
+class BatchedInference:
+    """The prepared policy of each bucket size: rows → the smallest bucket that holds them (padded) → preprocess,
+    infer, postprocess → each row's chunk on the host, and the rows computed."""
+
+    def __init__(self, plans: list[PlannedRun], contenders: list[Contender]) -> None:
+        first = plans[-1]
+        target, dtype = first.device.torch_device, Precision.dtype(first.precision)
+        self.buckets = {
+            plan.workload.batch: (
+                contender,
+                InputPipeline(plan.spec, plan.workload, plan.config.seed, dtype, target),
+                contender.inputs[0][1],
+            )
+            for plan, contender in zip(plans, contenders, strict=True)
+        }
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted(self.buckets)
+
+    def __call__(self, rows: list[RawObservation]) -> tuple[list[Tensor], int]:
+        size = next(size for size in self.sizes if size >= len(rows))
+        contender, pipeline, noise = self.buckets[size]
+        observation = pipeline.preprocess(stack_rows(rows, size))
         actions = pipeline.postprocess(plain_inference(contender.policy, contender.sampler, observation, noise))
         contender.policy.synchronize()
-        return list(actions[: len(rows)].cpu().unbind(0))
-
-    return infer
+        return list(actions[: len(rows)].cpu().unbind(0)), size
 
 
-def serve_in_process(plan: PlannedRun, contender: Contender) -> ServingResult:
-    """Serve ``--robots`` robots from ``contender`` for ``--serve-duration`` seconds."""
+def batched_inference(
+    plan: PlannedRun, contender: Contender, prepare: Callable[[PlannedRun], Contender]
+) -> BatchedInference:
+    """``contender`` (prepared at the plan's batch) and, memory permitting, one more prepared policy per smaller
+    bucket size (``prepare``: exported graphs and compiled models come from the caches)."""
+    plans = sized_plans(plan)
+    contenders = [contender if p.workload.batch == plan.workload.batch else prepare(p) for p in plans]
+    for added in contenders:
+        if added is not contender:  # its first inference, before any robot waits on it
+            observation, noise = added.inputs[0]
+            plain_inference(added.policy, added.sampler, observation, noise)
+            added.policy.synchronize()
+    return BatchedInference(plans, contenders)
+
+
+def serve_in_process(
+    plan: PlannedRun, contender: Contender, prepare: Callable[[PlannedRun], Contender]
+) -> ServingResult:
+    """Serve ``--robots`` robots from ``contender`` (and the smaller bucket sizes ``prepare`` makes) for
+    ``--serve-duration`` seconds."""
     config = plan.config
     execution = execution_model(config, plan.workload)
     robots = config.robots or 1
@@ -65,8 +134,9 @@ def serve_in_process(plan: PlannedRun, contender: Contender) -> ServingResult:
         execution=config.execution,
     )
     observations = robot_observations(plan, robots)
+    infer = batched_inference(plan, contender, prepare)
     measured = serve_robots(
-        batched_inference(plan, contender),
+        infer,
         lambda robot, number: observations[robot][number % OBSERVATIONS_PER_ROBOT],
         settings,
     )
@@ -81,4 +151,5 @@ def serve_in_process(plan: PlannedRun, contender: Contender) -> ServingResult:
         duration_s=measured.duration_s,
         actions_per_request=execution.actions_per_inference,
         failures=measured.failures,
+        batch_sizes=infer.sizes,
     )

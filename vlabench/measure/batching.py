@@ -26,6 +26,7 @@ class Request:
     started_ns: int = 0
     finished_ns: int = 0
     batch_size: int = 0
+    rows: int = 0  # the rows its batch's inference computed (more than batch_size when padded)
     result: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -97,17 +98,21 @@ class DynamicBatcher:
             fail(request, error or BatcherClosed("the server shut down before serving this request"))
 
 
-def serve(batch: list[Request], infer: Callable[[list[Any]], list[Any]], clock: Callable[[], int]) -> None:
+Infer = Callable[[list[Any]], tuple[list[Any], int]]
+"""Payloads → one result per payload, and the rows the inference computed (padding included)."""
+
+
+def serve(batch: list[Request], infer: Infer, clock: Callable[[], int]) -> None:
     """Run ``infer`` on the batch's payloads and hand each request its result (or the error ``infer`` raised)."""
     try:
-        results = infer([request.payload for request in batch])
+        results, rows = infer([request.payload for request in batch])
     except Exception as exc:  # every request of the batch learns why; the server goes on
         for request in batch:
             fail(request, exc)
         return
     finished = clock()
     for request, result in zip(batch, results, strict=True):
-        request.result, request.finished_ns = result, finished
+        request.result, request.finished_ns, request.rows = result, finished, rows
         request.done.set()
 
 

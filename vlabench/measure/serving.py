@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
+from vlabench.measure.batching import BatcherClosed, DynamicBatcher, Infer, serve
 
 ExecutionMode = Literal["per-step", "sync", "async"]
 clock = time.perf_counter_ns
@@ -42,6 +42,7 @@ class Reply:
     queue_ms: float
     inference_ms: float
     batch_size: int
+    rows: int  # the rows the batch's inference computed: batch_size, or more when padded to a prepared size
     split: dict[str, float] = field(default_factory=dict)
 
 
@@ -68,6 +69,10 @@ class ServedRequest:
     @property
     def batch_size(self) -> int:
         return self.reply.batch_size
+
+    @property
+    def rows(self) -> int:
+        return self.reply.rows
 
     @property
     def split(self) -> dict[str, float]:
@@ -140,9 +145,7 @@ def drive_robots(ask: Ask, settings: RobotsSettings, pump: Callable[[], None] | 
     return ServingMeasurement(settings, requests, (clock() - began) / 1e9, failures)
 
 
-def serve_robots(
-    infer: Callable[[list[Any]], list[Any]], payloads: Callable[[int, int], Any], settings: RobotsSettings
-) -> ServingMeasurement:
+def serve_robots(infer: Infer, payloads: Callable[[int, int], Any], settings: RobotsSettings) -> ServingMeasurement:
     """Robots served in this process: their requests go through one ``DynamicBatcher``; the batches run in this
     thread (where the policy was prepared and timed)."""
     batcher = DynamicBatcher(settings.max_batch, settings.max_wait_s, clock)
@@ -151,7 +154,8 @@ def serve_robots(
         request = batcher.submit(robot, payloads(robot, number))
         request.wait()
         queue_ms = (request.started_ns - request.arrived_ns) / 1e6
-        return Reply(queue_ms, (request.finished_ns - request.started_ns) / 1e6, request.batch_size)
+        inference_ms = (request.finished_ns - request.started_ns) / 1e6
+        return Reply(queue_ms, inference_ms, request.batch_size, request.rows)
 
     def pump() -> None:
         batch = batcher.next_batch(timeout_s=0.05)

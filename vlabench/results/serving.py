@@ -20,6 +20,9 @@ class Served(Protocol):
     def batch_size(self) -> int: ...
 
     @property
+    def rows(self) -> int: ...
+
+    @property
     def split(self) -> dict[str, float]: ...
 
     @property
@@ -54,7 +57,10 @@ class ServingResult(BaseModel):
     requests: int = Field(ge=0)
     batches: int = Field(ge=0)
     mean_batch: float = Field(ge=0)
-    padded_share: float = Field(ge=0, le=1, description="batch rows filled with padding (the graph's fixed batch)")
+    padded_share: float = Field(
+        ge=0, le=1, description="rows computed as padding: a batch runs on the smallest prepared batch size it fits"
+    )
+    batch_sizes: list[int] = Field(default_factory=list, description="the batch sizes prepared (empty: not recorded)")
     actions_per_s: float = Field(ge=0, description="actions delivered to all robots per second")
     inferences_per_s: float = Field(ge=0, description="batched inferences per second")
     late_share: float = Field(ge=0, le=1, description="share of replies after which the robot stalled")
@@ -85,6 +91,7 @@ def serving_result(
     actions_per_request: int,
     failures: Sequence[str] = (),
     server: str | None = None,
+    batch_sizes: Sequence[int] = (),
 ) -> ServingResult:
     """Summarize the served requests (ValueError when none was served, with the robots' failures)."""
     if not served:
@@ -120,7 +127,8 @@ def serving_result(
         requests=len(served),
         batches=round(batches),
         mean_batch=len(served) / batches,
-        padded_share=1.0 - len(served) / (batches * max_batch),
+        padded_share=max(0.0, 1.0 - len(served) / float(np.sum([entry.rows / entry.batch_size for entry in served]))),
+        batch_sizes=list(batch_sizes),
         actions_per_s=len(served) * actions_per_request / duration_s,
         inferences_per_s=batches / duration_s,
         late_share=sum(entry.stall_ms > 0 for entry in served) / len(served),

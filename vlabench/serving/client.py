@@ -123,7 +123,8 @@ def run_remote(config: RunConfig) -> RunResult:
                 "server_decode": server["server_decode_ms"],
                 "decode": (decoded - received) / 1e6,
             }
-            return Reply(server["queue_ms"], server["inference_ms"], answer.batch_size, split)
+            rows = int(server.get("rows", answer.batch_size))
+            return Reply(server["queue_ms"], server["inference_ms"], answer.batch_size, rows, split)
 
         execution = execution_model(config, executed_workload(baseline, config))
         period_s = request_period_s(config.control_hz, execution)
@@ -152,5 +153,6 @@ def run_remote(config: RunConfig) -> RunResult:
         duration_s=measured.duration_s,
         actions_per_request=execution.actions_per_inference,
         server=f"{address} ({settings['hostname']})",
+        batch_sizes=[int(size) for size in settings.get("batch_sizes", [])],
     )
     return offload_result(baseline, served, config, execution, client=socket.gethostname())

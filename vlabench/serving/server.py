@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from vlabench.commands.run import execute_many, plan_run, prepare_contender
-from vlabench.commands.run_serving import batched_inference
+from vlabench.commands.run_serving import BatchedInference, batched_inference
 from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
@@ -49,7 +49,7 @@ class PolicyServer:
     def __init__(
         self,
         baseline: RunResult,
-        infer: Callable[[list], list],
+        infer: BatchedInference,
         served: ServedModel,
         max_wait_s: float,
         host: str,
@@ -81,6 +81,7 @@ class PolicyServer:
             "result": self.baseline.model_dump(mode="json"),
             "max_batch": self.batcher.max_batch,
             "max_wait_ms": self.batcher.max_wait_ns / 1e6,
+            "batch_sizes": self.infer.sizes,
             "hostname": socket.gethostname(),
         }
         return json.dumps(settings).encode()
@@ -106,6 +107,7 @@ class PolicyServer:
             "queue_ms": (pending.started_ns - pending.arrived_ns) / 1e6,
             "inference_ms": (pending.finished_ns - pending.started_ns) / 1e6,
             "server_decode_ms": (decoded - arrived) / 1e6,
+            "rows": pending.rows,
             "server_ms": (clock() - arrived) / 1e6,
         }
         return encode_reply(actions, timings, pending.batch_size)
@@ -136,4 +138,5 @@ def start_server(config: RunConfig, host: str, port: int) -> PolicyServer:
     contender = prepare_contender(plan)
     workload = plan.workload
     served = ServedModel(workload.cameras * workload.frames, CAMERA_FRAME, workload.frames * workload.state_dim)
-    return PolicyServer(baseline, batched_inference(plan, contender), served, config.max_wait_ms / 1000.0, host, port)
+    infer = batched_inference(plan, contender, prepare_contender)
+    return PolicyServer(baseline, infer, served, config.max_wait_ms / 1000.0, host, port)

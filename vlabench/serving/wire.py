@@ -122,7 +122,7 @@ def encode_reply(actions: torch.Tensor, timings: dict[str, float], batch_size: i
 class Answer:
     actions: np.ndarray  # (chunk, action_dim) float32, robot units
     batch_size: int
-    timings: dict[str, float]  # queue_ms, inference_ms, server_decode_ms, server_ms
+    timings: dict[str, float]  # queue_ms, inference_ms, server_decode_ms, rows (computed), server_ms
 
 
 def decode_reply(message: bytes) -> Answer:
