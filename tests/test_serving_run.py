@@ -78,6 +78,12 @@ def test_a_batch_shares_the_cost_of_a_robot_hour_and_the_energy_of_an_action(tmp
     assert four.serving is None
 
 
+def test_a_batch_that_does_not_fit_is_refused_before_allocating(tmp_path):
+    done = runner.invoke(app, ["run", "-m", "smolvla", "--batch", "60000", "-o", str(tmp_path)])
+    assert done.exit_code == 4 and "GiB" in done.output
+    assert not list(tmp_path.glob("*.json"))
+
+
 @pytest.mark.parametrize(
     "flags, named",
     [(["--robots", "0"], "--robots"), (["--batch", "0"], "--batch"), (["--max-wait-ms", "-1"], "--max-wait-ms")],
