@@ -11,7 +11,15 @@ from typer.testing import CliRunner
 from vlabench.cli.app import app
 
 runner = CliRunner()
-PANELS = ["Model and target", "Workload", "Timing", "Energy and cost", "Optimizations", "Output"]
+PANELS = [
+    "Model and target",
+    "Workload",
+    "Serving several robots",
+    "Timing",
+    "Energy and cost",
+    "Optimizations",
+    "Output",
+]
 SHORT = {"--model": "-m", "--device": "-d", "--backend": "-b", "--out": "-o"}
 
 
@@ -82,6 +90,9 @@ def test_run_groups_its_options_into_panels_profile_and_loop_share():
         "--compile-mode": "Model and target",
         "--cameras": "Workload",
         "--seed": "Workload",
+        "--batch": "Workload",
+        "--robots": "Serving several robots",
+        "--remote": "Serving several robots",
         "--warmup": "Timing",
         "--min-iterations": "Timing",
         "--threads": "Timing",

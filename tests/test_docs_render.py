@@ -48,6 +48,7 @@ ALLOWED = {
     "50%": "default duty cycle of the cost model",
     "1%": "tolerance of the test comparing traced and analytic FLOPs",
     "6 W": "assumed watts per physical core for the estimated meter",
+    "5 ms": "default --max-wait-ms of the dynamic batcher (RunConfig.max_wait_ms)",
     "20 ms": "NVML counter sampling period",
     "50 ms": "psutil sampling period; GEMM growth stop of the ceiling probe",
     "100 ms": "polling period of the NVML, INA3221 and tegrastats meters",
