@@ -40,6 +40,8 @@ RUN_FLAGS |= {
     "sensor_period_s": "--sensor-period",
     "energy_window_s": "--energy-window",
     "idle_window_s": "--idle-window",
+    "serve_duration_s": "--serve-duration",
+    "request_timeout_s": "--request-timeout",
 }
 
 hostile_floats = st.one_of(
