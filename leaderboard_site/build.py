@@ -271,4 +271,4 @@ def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, contr
     frame = pd.DataFrame(cells, columns=list(DOWNLOAD_COLUMNS))
     frame.to_csv(site / "leaderboard.csv", index=False, lineterminator="\r\n")  # RFC 4180: a CR in a cell is quoted
     document = {"priority": priority, "control_hz": control_hz, "rows": table}
-    (site / "leaderboard.json").write_text(json.dumps(document, indent=2, allow_nan=False), encoding="utf-8")
+    (site / "leaderboard.json").write_text(json.dumps(document, allow_nan=False), encoding="utf-8")

@@ -32,10 +32,23 @@ PAGE_KEYS = (
 )
 
 
+PAGE_DEFAULTS: dict[str, Any] = {
+    "deployment": "on-robot",
+    "robots": 1,
+    "robots_per_device": 1.0,
+    "rows_per_inference": 1.0,
+}
+"""Values a page row leaves out because the script assumes them (``leaderboard.js``: ``PAGE_DEFAULTS``)."""
+
+
 def page_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A leaderboard row as the index page's script needs it (``PAGE_KEYS``, absent values left out: the script
-    recomputes the rest); the downloads hold every column."""
-    return {key: row[key] for key in PAGE_KEYS if row.get(key) is not None}
+    """A leaderboard row as the index page's script needs it (``PAGE_KEYS``, absent values and the script's defaults
+    left out: the script recomputes the rest); the downloads hold every column."""
+    return {
+        key: row[key]
+        for key in PAGE_KEYS
+        if row.get(key) is not None and not (key in PAGE_DEFAULTS and row[key] == PAGE_DEFAULTS[key])
+    }
 
 
 class Writer:

@@ -10,7 +10,14 @@ import time
 import pytest
 
 from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
-from vlabench.measure.serving import Reply, RobotsSettings, ServedRequest, drive_robots, serve_robots
+from vlabench.measure.serving import (
+    Reply,
+    RobotsSettings,
+    ServedRequest,
+    ServingMeasurement,
+    drive_robots,
+    serve_robots,
+)
 
 
 class FakeClock:
@@ -190,17 +197,8 @@ def test_padding_is_the_share_of_computed_rows_no_robot_asked_for():
 
     # a batch of three padded to four rows, then one request alone on a one-row graph: 5 rows for 4 requests
     requests = [served(0, 3, 4), served(1, 3, 4), served(2, 3, 4), served(0, 1, 1)]
-    result = serving_result(
-        requests,
-        transport="in-process",
-        execution="per-step",
-        robots=3,
-        max_batch=4,
-        max_wait_s=0.0,
-        period_s=0.1,
-        duration_s=1.0,
-        actions_per_request=1,
-        batch_sizes=[1, 2, 4],
-    )
+    settings = RobotsSettings(robots=3, max_batch=4, max_wait_s=0.0, period_s=0.1, duration_s=1.0)
+    measured = ServingMeasurement(settings, requests, duration_s=1.0)
+    result = serving_result(measured, transport="in-process", actions_per_request=1, batch_sizes=[1, 2, 4])
     assert result.batches == 2 and result.mean_batch == pytest.approx(2.0)
     assert result.padded_share == pytest.approx(1 - 4 / 5) and result.batch_sizes == [1, 2, 4]

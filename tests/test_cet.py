@@ -144,22 +144,9 @@ def test_pareto_uses_cost_only_when_every_feasible_row_has_one():
 
 
 def test_a_device_serving_robots_shares_its_hardware_and_idle_power_and_batches_its_inferences():
-    from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
-
-    common = dict(
-        price_usd=3000.0,
-        price_source="test",
-        price_estimate=False,
-        joules_per_inference=2.0,
-        idle_w=10.0,
-        energy_label="measured",
-        latency_p50_ms=20.0,
-        control_hz=10.0,
-        execution=ExecutionModel(),
-        assumptions=CostAssumptions(),
-    )
-    alone = cost_report(**common)
-    four = cost_report(**common, robots_per_device=4, rows_per_inference=4)
+    common = dict(joules_per_inference=2.0, idle_w=10.0, latency_p50_ms=20.0, execution=ExecutionModel())
+    alone = report(**common)
+    four = report(**common, robots_per_device=4, rows_per_inference=4)
     assert four.hardware_usd_per_robot_hour == pytest.approx(alone.hardware_usd_per_robot_hour / 4)
     # 36,000 actions an hour, one inference per four of them at 2 J, and a quarter of the device's idle hour
     busy_s = 36_000 / 4 * 0.020

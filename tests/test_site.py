@@ -178,7 +178,7 @@ def _offload(baseline: dict) -> dict:
     hand-written requests (each 1.5 times the run's p50, batches of two): the site's offload row."""
     from vlabench.analysis.cet import ExecutionModel
     from vlabench.config import RunConfig
-    from vlabench.measure.serving import Reply, ServedRequest
+    from vlabench.measure.serving import Reply, RobotsSettings, ServedRequest, ServingMeasurement
     from vlabench.results.offload import offload_result
     from vlabench.results.schema import RunResult
     from vlabench.results.serving import serving_result
@@ -192,18 +192,9 @@ def _offload(baseline: dict) -> dict:
         )
         for i in range(40)
     ]
-    served = serving_result(
-        requests,
-        transport="grpc",
-        execution="per-step",
-        robots=4,
-        max_batch=2,
-        max_wait_s=0.005,
-        period_s=1.0 / TARGET_HZ,
-        duration_s=4.0,
-        actions_per_request=1,
-        server="10.0.0.2:50051 (gpu-server)",
-    )
+    settings = RobotsSettings(robots=4, max_batch=2, max_wait_s=0.005, period_s=1.0 / TARGET_HZ, duration_s=4.0)
+    measured = ServingMeasurement(settings, requests, duration_s=4.0)
+    served = serving_result(measured, transport="grpc", actions_per_request=1, server="10.0.0.2:50051 (gpu-server)")
     config = RunConfig(remote="10.0.0.2:50051", robots=4, serve_duration_s=4.0, control_hz=TARGET_HZ)
     result = offload_result(RunResult.model_validate(baseline), served, config, ExecutionModel(), client="robot-1")
     return result.model_dump(mode="json")
@@ -243,7 +234,7 @@ def _run_id(results_dir: Path, case: str) -> str:
 
 def test_bad_files_are_skipped_with_a_warning(built, results_dir, tmp_path):
     report, site = built
-    assert report.runs == 6
+    assert report.runs == 7  # two real runs, five derived: cheap, dp-cache, xss, invalid, offload
     assert len(report.skipped) == 2
     assert any("broken.json" in s and "not valid JSON" in s for s in report.skipped)
     assert any("foreign.json" in s for s in report.skipped)
@@ -284,7 +275,7 @@ def test_downloads_hold_the_ranked_table(built, table, results_dir):
     _, site = built
     runs = [row for row in table if row["provenance"] != "reported"]
     reported = [row for row in table if row["provenance"] == "reported"]
-    assert len(runs) == 6 and len(reported) == len(reported_entries()) > 0
+    assert len(runs) == 7 and len(reported) == len(reported_entries()) > 0
     order, infeasible = _python_order(results_dir, "cost", TARGET_HZ)
     assert [row["run_id"] for row in runs if row["rank"] is not None] == order
     assert {row["run_id"] for row in runs if not row["feasible"]} == infeasible
@@ -341,6 +332,7 @@ def test_detail_pages(built, table):
         and row["optimizations"] == "none"
         and row["model"] == "smolvla-tiny"
         and row["device"] == "generic-x86-cpu"
+        and row["deployment"] == "on-robot"
     )
     run_page = next(p for p in (site / "runs").glob("*.html") if torch_row["run_id"] in p.read_text())
     text, stem = run_page.read_text(), run_page.name.removesuffix(".html")

@@ -74,8 +74,10 @@
     };
   }
 
+  // pages.PAGE_DEFAULTS: what a page row leaves out because it is the usual value.
+  const PAGE_DEFAULTS = { deployment: "on-robot", robots: 1, robots_per_device: 1.0, rows_per_inference: 1.0 };
   // cet.shared: how many robots share the device, and how many of them one inference serves (1 when not recorded).
-  const shared = (row, key) => (present(row[key]) && row[key] > 0 ? row[key] : 1.0);
+  const shared = (row, key) => (present(row[key]) && row[key] > 0 ? row[key] : PAGE_DEFAULTS[key]);
 
   // cet.cost_report: per robot-hour at the delivered action rate, idle power between inferences, amortized price;
   // a device serving several robots runs one inference per batch of their requests and shares its idle hour and
@@ -263,7 +265,8 @@
     return s.mode === "per-step" ? rate : `${rate} (${s.mode}, ${s.n} per chunk)`;
   }
 
-  const visibleRow = (row) => filters.every((f) => f.value === "" || String(row[f.dataset.key]) === f.value);
+  const visibleRow = (row) =>
+    filters.every((f) => f.value === "" || String(row[f.dataset.key] ?? PAGE_DEFAULTS[f.dataset.key]) === f.value);
 
   function renderTable(ordered, s) {
     let shown = 0;

@@ -141,15 +141,8 @@ def serve_in_process(
         settings,
     )
     return serving_result(
-        measured.requests,
+        measured,
         transport="in-process",
-        execution=config.execution,
-        robots=robots,
-        max_batch=settings.max_batch,
-        max_wait_s=settings.max_wait_s,
-        period_s=settings.period_s,
-        duration_s=measured.duration_s,
         actions_per_request=execution.actions_per_inference,
-        failures=measured.failures,
         batch_sizes=infer.sizes,
     )

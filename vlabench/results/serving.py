@@ -4,35 +4,13 @@ batcher, in this process or over the network (``run --remote``), per robot and a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from vlabench.measure.serving import ServingMeasurement
 from vlabench.measure.stats import Stats, summarize
-
-
-class Served(Protocol):
-    robot: int
-    stall_ms: float
-
-    @property
-    def batch_size(self) -> int: ...
-
-    @property
-    def rows(self) -> int: ...
-
-    @property
-    def split(self) -> dict[str, float]: ...
-
-    @property
-    def latency_ms(self) -> float: ...
-
-    @property
-    def queue_ms(self) -> float: ...
-
-    @property
-    def inference_ms(self) -> float: ...
 
 
 class RobotServing(BaseModel):
@@ -79,24 +57,19 @@ class ServingResult(BaseModel):
 
 
 def serving_result(
-    served: Sequence[Served],
+    measured: ServingMeasurement,
     *,
     transport: Literal["in-process", "grpc"],
-    execution: Literal["per-step", "sync", "async"],
-    robots: int,
-    max_batch: int,
-    max_wait_s: float,
-    period_s: float,
-    duration_s: float,
     actions_per_request: int,
-    failures: Sequence[str] = (),
     server: str | None = None,
     batch_sizes: Sequence[int] = (),
 ) -> ServingResult:
     """Summarize the served requests (ValueError when none was served, with the robots' failures)."""
+    settings, served, failures = measured.settings, measured.requests, measured.failures
+    duration_s = measured.duration_s
     if not served:
         raise ValueError("no request was served: " + ("; ".join(failures) or "the robots sent none"))
-    period_ms = period_s * 1000.0
+    robots, period_ms = settings.robots, settings.period_s * 1000.0
     sizes = np.array([entry.batch_size for entry in served], dtype=np.float64)
     batches = float(np.sum(1.0 / sizes))  # each batch of n requests counted n times at 1/n
     per_robot = []
@@ -117,11 +90,11 @@ def serving_result(
     splits = sorted({name for entry in served for name in entry.split})
     return ServingResult(
         transport=transport,
-        execution=execution,
+        execution=settings.execution,
         server=server,
         robots=robots,
-        max_batch=max_batch,
-        max_wait_ms=max_wait_s * 1000.0,
+        max_batch=settings.max_batch,
+        max_wait_ms=settings.max_wait_s * 1000.0,
         request_period_ms=period_ms,
         duration_s=duration_s,
         requests=len(served),

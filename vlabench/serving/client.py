@@ -143,14 +143,8 @@ def run_remote(config: RunConfig) -> RunResult:
         )
         raise UnavailableError(f"the policy server at {address} failed the robots: {shown}; no result was written")
     served = serving_result(
-        measured.requests,
+        measured,
         transport="grpc",
-        execution=config.execution,
-        robots=robots,
-        max_batch=robots_settings.max_batch,
-        max_wait_s=robots_settings.max_wait_s,
-        period_s=period_s,
-        duration_s=measured.duration_s,
         actions_per_request=execution.actions_per_inference,
         server=f"{address} ({settings['hostname']})",
         batch_sizes=[int(size) for size in settings.get("batch_sizes", [])],
