@@ -46,8 +46,10 @@ def test_every_family_serves_three_robots_in_batches_of_two(model, tmp_path):
     assert serving.joules_per_action == pytest.approx(per_action)
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
-def test_graph_backends_serve_robots_at_their_exported_batch(backend, tmp_path):
+@pytest.mark.parametrize(
+    "backend, batch, sizes", [("onnxruntime", 4, [1, 2, 4]), ("openvino", 4, [1, 2, 4]), ("torch-compile", 2, [1, 2])]
+)
+def test_compiled_and_graph_backends_serve_robots_on_a_policy_per_batch_size(backend, batch, sizes, tmp_path):
     result = run_json(
         "-m",
         "smolvla-tiny",
@@ -56,7 +58,7 @@ def test_graph_backends_serve_robots_at_their_exported_batch(backend, tmp_path):
         "--energy-meter",
         "none",
         "--batch",
-        "4",
+        str(batch),
         "--robots",
         "2",
         "--serve-duration",
@@ -65,8 +67,10 @@ def test_graph_backends_serve_robots_at_their_exported_batch(backend, tmp_path):
         str(tmp_path),
     )
     assert result.valid and result.backend == backend and result.serving.requests > 0
-    # a graph per batch size (1, 2 and 4, each exported once): two robots' batches run unpadded
-    assert result.serving.batch_sizes == [1, 2, 4] and result.serving.padded_share == 0
+    # one prepared policy per batch size (graphs exported once each, compiled once each): two robots run unpadded
+    assert result.serving.batch_sizes == sizes and result.serving.padded_share == 0
+    # warmed up before serving: no request waits on a compile
+    assert result.serving.inference.max < 10 * result.timing.phases["e2e"].p50
 
 
 def test_a_batch_shares_the_cost_of_a_robot_hour_and_the_energy_of_an_action(tmp_path):
