@@ -163,3 +163,12 @@ def test_a_server_killed_mid_run_ends_the_run_with_the_reason_and_no_result(tmp_
     assert client.returncode == 3, stderr[-2000:]
     assert "failed the robots" in stderr and "went away" in stderr and "no result was written" in stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_serve_refuses_an_unknown_model_and_an_address_in_use_before_any_work(server):
+    serve = [sys.executable, "-m", "vlabench", "serve", *SERVER_FLAGS]
+    done = subprocess.run([*serve, "-m", "smolvla-tinyy", "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Did you mean 'smolvla-tiny'?" in done.stderr
+    port = server.address.rpartition(":")[2]
+    done = subprocess.run([*serve, "-m", "smolvla-tiny", "--port", port], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and f"cannot listen on 127.0.0.1:{port}" in done.stderr

@@ -25,6 +25,8 @@ from vlabench.serving.wire import WireError, decode_request, encode_reply
 
 SERVICE = "vlabench.PolicyServer"
 MAX_MESSAGE_BYTES = 64 << 20
+MAX_CONCURRENT_REQUESTS = 64
+"""Requests handled at once (each waits in the batcher); more wait in gRPC's own queue."""
 REPLY_TIMEOUT_S = 600.0
 """How long a request may wait for its batch's inference before the server gives up on it."""
 CHANNEL_OPTIONS = [
@@ -42,35 +44,49 @@ class ServedModel:
     state_values: int
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A gRPC server bound to its address, not started yet."""
+
+    server: grpc.Server
+    host: str
+    port: int
+
+
+def listen(host: str, port: int) -> Listener:
+    """Bind ``host:port`` (0: any free port) now, before any work: an address in use is refused at once."""
+    options = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]  # a port in use is an error, never silently shared
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_CONCURRENT_REQUESTS), options=options)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise UnavailableError(f"cannot listen on {host}:{port}: {exc}") from None
+    if bound == 0:
+        raise UnavailableError(f"cannot listen on {host}:{port} (in use, or not an address of this host)")
+    return Listener(server, host, bound)
+
+
 class PolicyServer:
     """The gRPC endpoint (``Describe``: the baseline result and settings; ``Act``: one robot's observation in, its
     chunk out) and the batcher between its request threads and the inference loop."""
 
     def __init__(
         self,
+        listener: Listener,
         baseline: RunResult,
         infer: BatchedInference,
         served: ServedModel,
         max_wait_s: float,
-        host: str,
-        port: int,
     ) -> None:
         self.baseline, self.infer, self.served = baseline, infer, served
         self.batcher = DynamicBatcher(baseline.workload.batch, max_wait_s, clock)
         self.stopping = threading.Event()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=CHANNEL_OPTIONS)
+        self.server, self.host, self.port = listener.server, listener.host, listener.port
         handlers = {
             "Act": grpc.unary_unary_rpc_method_handler(self.act),
             "Describe": grpc.unary_unary_rpc_method_handler(self.describe),
         }
         self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
-        try:
-            self.port = self.server.add_insecure_port(f"{host}:{port}")
-        except RuntimeError as exc:
-            raise UnavailableError(f"cannot listen on {host}:{port}: {exc}") from None
-        if self.port == 0:
-            raise UnavailableError(f"cannot listen on {host}:{port} (in use, or not an address of this host)")
-        self.host = host
 
     @property
     def address(self) -> str:
@@ -131,12 +147,14 @@ class PolicyServer:
 
 
 def start_server(config: RunConfig, host: str, port: int) -> PolicyServer:
-    """Plan ``config`` (one backend), measure it like ``vlabench run`` (its baseline result), prepare it again to
-    serve (exports and compiled graphs come from the caches), and bind the endpoint."""
+    """Plan ``config`` (one backend) and bind the address first (bad input and an address in use are refused before
+    any work), measure the plan like ``vlabench run`` (its baseline result), prepare it again to serve (exports and
+    compiled graphs come from the caches) with a policy per batch size."""
     plan = plan_run(config)
+    listener = listen(host, port)
     baseline = execute_many([plan])[0]
     contender = prepare_contender(plan)
     workload = plan.workload
     served = ServedModel(workload.cameras * workload.frames, CAMERA_FRAME, workload.frames * workload.state_dim)
     infer = batched_inference(plan, contender, prepare_contender)
-    return PolicyServer(baseline, infer, served, config.max_wait_ms / 1000.0, host, port)
+    return PolicyServer(listener, baseline, infer, served, config.max_wait_ms / 1000.0)
