@@ -202,3 +202,25 @@ def test_the_run_diagram_is_the_real_call_path(tmp_path):
     remaining = iter(calls)
     missing = [name for name in names if not any(call == name for call in remaining)]
     assert not missing, f"not called after the names before them: {missing}; the calls: {calls}"
+
+
+def test_every_package_folder_is_installed_and_every_import_is_a_declared_dependency():
+    """A wheel holds only the packages pyproject lists: a new subpackage missing there works in an editable checkout
+    and fails on a real install. The third-party packages vlabench imports are declared dependencies (or extras)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    folders = {
+        "vlabench." + ".".join(path.parent.relative_to(ROOT / "vlabench").parts)
+        for path in (ROOT / "vlabench").rglob("__init__.py")
+        if path.parent != ROOT / "vlabench"
+    }
+    assert folders <= listed, sorted(folders - listed)
+    declared = " ".join(project["project"]["dependencies"]).lower()
+    for module, distribution in (("grpc", "grpcio"), ("PIL", "pillow"), ("tokenizers", "tokenizers")):
+        imported = any(
+            re.search(rf"^\s*(import|from) {module}\b", path.read_text(), re.M)
+            for path in (ROOT / "vlabench").rglob("*.py")
+        )
+        assert not imported or distribution in declared, (module, distribution)
