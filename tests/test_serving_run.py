@@ -7,12 +7,23 @@ import json
 
 import pytest
 import recorded
+import torch
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
 from vlabench.results.schema import RunResult
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """The torch-compile case compiles a replica per batch size in this process: later tests in this worker start
+    from an empty compile cache, not near the recompile limit."""
+    yield
+    torch._dynamo.reset()
+
+
 FAST = ["--min-iterations", "2", "--min-duration", "0", "--warmup", "1", "--threads", "1"]
 ENERGY = ["--energy-meter", "estimated", "--energy-window", "1", "--idle-window", "0.1"]
 

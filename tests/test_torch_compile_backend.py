@@ -11,6 +11,14 @@ from vlabench.models.replicas import build_replica
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles the replicas' forward code anew: compiles of earlier tests in this worker (other modules
+    included) never count toward the recompile limit."""
+    torch._dynamo.reset()
+
+
 CUDA_MISSING = TorchCompileBackend(fuse_denoise_loop=True).unavailable_reason(torch.device("cuda"))
 needs_cuda = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"torch-compile on CUDA: {CUDA_MISSING}")
 
