@@ -227,3 +227,10 @@ def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far (ru_maxrss is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def check_fits_together(spec: ModelSpec, footprints: list[Footprint], device: torch.device, precision: str) -> None:
+    """Refuse, with the numbers, replicas that would not fit in the target's free memory at once (the first
+    footprint's breakdown, their sum as the total)."""
+    combined = footprints[0].model_copy(update={"total_bytes": sum(footprint.total_bytes for footprint in footprints)})
+    check_fits(spec, combined, device, precision)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vlabench.analysis.memory import Footprint, check_fits, estimate_footprint
+from vlabench.analysis.memory import Footprint, check_fits, check_fits_together, estimate_footprint
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
 from vlabench.commands.run_checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
 from vlabench.commands.run_output import check_paths
@@ -233,8 +233,7 @@ def plan_runs(config: RunConfig) -> tuple[list[RunPlan], list[str]]:
 def check_fit_together(plans: list[RunPlan]) -> None:
     """Raises InsufficientMemoryError when the plans' replicas would not fit in memory at once."""
     first = plans[0]
-    combined = first.footprint.model_copy(update={"total_bytes": sum(p.footprint.total_bytes for p in plans)})
-    check_fits(first.spec, combined, first.device.torch_device, first.precision)
+    check_fits_together(first.spec, [plan.footprint for plan in plans], first.device.torch_device, first.precision)
 
 
 def execute(plan: RunPlan, progress: Progress | None = None) -> RunResult:

@@ -10,12 +10,13 @@ from dataclasses import replace
 from torch import Tensor
 
 from vlabench.analysis.cet import ExecutionModel
-from vlabench.analysis.memory import check_fits, estimate_footprint
+from vlabench.analysis.memory import check_fits_together, estimate_footprint
 from vlabench.errors import InsufficientMemoryError
 from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.serving import RobotsSettings, serve_robots
 from vlabench.measure.timing import Contender, plain_inference
 from vlabench.models.input_pipeline import InputPipeline, RawObservation, raw_observation, stack_rows
+from vlabench.models.workload import Workload
 from vlabench.results.assemble import PlannedRun, execution_model
 from vlabench.results.serving import ServingResult, serving_result
 from vlabench.vocab import Precision
@@ -31,10 +32,9 @@ def request_period_s(control_hz: float, execution: ExecutionModel) -> float:
     return execution.actions_per_inference / control_hz
 
 
-def robot_observations(plan: PlannedRun, robots: int) -> list[list[RawObservation]]:
-    """Each robot's own seeded raw observations (one row each), cycled through its requests."""
-    single = plan.workload.model_copy(update={"batch": 1})
-    seed = plan.config.seed
+def robot_observations(workload: Workload, seed: int, robots: int) -> list[list[RawObservation]]:
+    """Each robot's own seeded raw observations (one row each of ``workload``), cycled through its requests."""
+    single = workload.model_copy(update={"batch": 1})
     return [
         [raw_observation(single, seed + ROBOT_SEED_STRIDE * (robot + 1) + k) for k in range(OBSERVATIONS_PER_ROBOT)]
         for robot in range(robots)
@@ -52,24 +52,19 @@ def bucket_sizes(max_batch: int) -> list[int]:
 
 
 def sized_plans(plan: PlannedRun) -> list[PlannedRun]:
-    """One plan per bucket size when all of them fit in memory together; else the maximum batch alone (every batch
-    padded to it)."""
+    """One plan per bucket size (each with its own footprint) when all of them fit in memory together; else the
+    maximum batch alone (every batch padded to it)."""
     config = plan.config
-    plans = [
-        replace(
-            plan,
-            workload=plan.workload.model_copy(update={"batch": size}),
-            config=config.model_copy(update={"batch": size}),
+    plans = []
+    for size in bucket_sizes(plan.workload.batch):
+        workload = plan.workload.model_copy(update={"batch": size})
+        footprint = estimate_footprint(
+            plan.spec, workload, plan.precision, plan.backend.name, iteration_cap(config), config.preprocess
         )
-        for size in bucket_sizes(plan.workload.batch)
-    ]
-    footprints = [
-        estimate_footprint(p.spec, p.workload, p.precision, p.backend.name, iteration_cap(config), config.preprocess)
-        for p in plans
-    ]
-    combined = plan.footprint.model_copy(update={"total_bytes": sum(f.total_bytes for f in footprints)})
+        sized = config.model_copy(update={"batch": size})
+        plans.append(replace(plan, workload=workload, config=sized, footprint=footprint))
     try:
-        check_fits(plan.spec, combined, plan.device.torch_device, plan.precision)
+        check_fits_together(plan.spec, [p.footprint for p in plans], plan.device.torch_device, plan.precision)
     except InsufficientMemoryError:
         return [plan]
     return plans
@@ -80,8 +75,8 @@ class BatchedInference:
     infer, postprocess → each row's chunk on the host, and the rows computed."""
 
     def __init__(self, plans: list[PlannedRun], contenders: list[Contender]) -> None:
-        first = plans[-1]
-        target, dtype = first.device.torch_device, Precision.dtype(first.precision)
+        largest = plans[-1]
+        target, dtype = largest.device.torch_device, Precision.dtype(largest.precision)
         self.buckets = {
             plan.workload.batch: (
                 contender,
@@ -135,7 +130,7 @@ def serve_in_process(
         duration_s=config.serve_duration_s,
         execution=config.execution,
     )
-    observations = robot_observations(plan, robots)
+    observations = robot_observations(plan.workload, config.seed, robots)
     infer = batched_inference(plan, contender, prepare)
     measured = serve_robots(
         infer,

@@ -75,7 +75,7 @@ def results_frame(
 
 def _row(path: Path, result: RunResult) -> dict[str, Any]:
     served = result.serving
-    e2e = served.latency if served else result.timing.phases["e2e"]  # a served run: the latency its robots saw
+    e2e = result.robot_latency
     energy, cost, config = result.energy, result.cost, result.config
     control = result.control
     optimization = result.optimization

@@ -144,7 +144,7 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
         control=control,
         correctness=correctness,
         energy=energy,
-        cost=run_cost(plan, energy, timing.phases["e2e"], price, serving) if energy else None,
+        cost=run_cost(plan, energy, judged, price, serving) if energy else None,
         memory=MemoryInfo(
             params=plan.footprint.params,
             weights_bytes=plan.footprint.weights_bytes,
@@ -217,8 +217,8 @@ def served_energy(
 def run_cost(
     plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | None, serving: ServingResult | None = None
 ) -> CostReport:
-    """Per robot-hour; a served run at the latency its robots saw, shared by the robots it served (a batch run: by
-    its batch)."""
+    """Per robot-hour at the latency ``e2e`` (a served run's: what its robots saw), shared by the robots it served
+    (a batch run: by its batch)."""
     profile_price = plan.device.profile.price
     config = plan.config
     return cost_report(
@@ -228,7 +228,7 @@ def run_cost(
         joules_per_inference=energy.joules_per_inference,
         idle_w=energy.idle_w,
         energy_label=energy.label,
-        latency_p50_ms=serving.latency.p50 if serving else e2e.p50,
+        latency_p50_ms=e2e.p50,
         control_hz=config.control_hz,
         execution=execution_model(config, plan.workload),
         robots_per_device=serving.robots if serving else plan.workload.batch,

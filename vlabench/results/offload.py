@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
+from vlabench.analysis.cet import ExecutionModel, cost_report
 from vlabench.config import RunConfig
 from vlabench.results.assemble import control_verdict, served_energy
 from vlabench.results.schema import RunResult
@@ -36,7 +36,7 @@ def offload_result(
             latency_p50_ms=serving.latency.p50,
             control_hz=config.control_hz,
             execution=execution,
-            assumptions=CostAssumptions.model_validate(cost.assumptions.model_dump()),
+            assumptions=cost.assumptions,
             robots_per_device=serving.robots,
             rows_per_inference=serving.mean_batch,
         )

@@ -217,6 +217,12 @@ class RunResult(ArtifactHeader):
         return data
 
     @property
+    def robot_latency(self) -> Stats:
+        """The latency a robot saw: a served run's, queueing included (what its gate and ranking judge); else the
+        timed pass's end to end."""
+        return self.serving.latency if self.serving else self.timing.phases["e2e"]
+
+    @property
     def valid(self) -> bool:
         """False when the run failed the correctness gate (or its action error is not recorded, or not finite);
         invalid runs are shown flagged and never ranked."""

@@ -11,11 +11,10 @@ from typing import Any
 
 import grpc
 
-from vlabench.commands.run_serving import OBSERVATIONS_PER_ROBOT, ROBOT_SEED_STRIDE, request_period_s
+from vlabench.commands.run_serving import OBSERVATIONS_PER_ROBOT, request_period_s, robot_observations
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
 from vlabench.measure.serving import Reply, RobotsSettings, clock, drive_robots
-from vlabench.models.input_pipeline import raw_observation
 from vlabench.models.workload import Workload
 from vlabench.results.assemble import execution_model
 from vlabench.results.offload import offload_result
@@ -90,15 +89,8 @@ def run_remote(config: RunConfig) -> RunResult:
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         settings = describe(channel, address)
         baseline: RunResult = settings["result"]
-        workload = baseline.workload.model_copy(update={"batch": 1})
         robots = config.robots or 1
-        observations = [
-            [
-                raw_observation(workload, config.seed + ROBOT_SEED_STRIDE * (robot + 1) + k)
-                for k in range(OBSERVATIONS_PER_ROBOT)
-            ]
-            for robot in range(robots)
-        ]
+        observations = robot_observations(baseline.workload, config.seed, robots)
         act = channel.unary_unary(f"/{SERVICE}/Act")
         timeout_s = config.request_timeout_s
 
