@@ -51,6 +51,11 @@ failed=0
 for name in "${packages[@]}"; do
     version="$(pinned_version "$name")"
     spec="$name${version:+==$version}"
+    # pyproject.toml's build requirement is a floor the local version may be under (setuptools 65 on Python 3.11)
+    if [ "$name" = setuptools ] && ! "$python" -c 'import sys; v = sys.argv[1].split(".")[0]
+sys.exit(0 if v.isdigit() and int(v) >= 69 else 1)' "${version:-0}"; then
+        spec="setuptools>=69"
+    fi
     echo "== $spec"
     if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: \
         --python-version "$py_version" --implementation cp --abi "cp${py_version/./}" --abi abi3 --abi none \

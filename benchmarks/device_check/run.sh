@@ -15,6 +15,8 @@
 #              if it fails (compilation, capture), eager alone
 #   profile    `vlabench profile --kernels` (GPM and kernel SM coverage where the device has them)
 #   dpcache    `vlabench run --backend torch --dp-cache "{0,1,2,6,8,9}"`
+#   serving    `vlabench run --backend torch --batch B --robots R`: R robots served by one policy through the dynamic
+#              batcher after the timed pass (per-robot p50/p99, queueing, mean batch), first model only
 #   quant      `vlabench run --backend torch --precision P` for P in int8 fp8 int4 (torchao on CUDA), first model only
 #   compile    `vlabench run --backend torch-compile` (without the fused loop)
 #   roofline   `vlabench roofline --result R --json` per result (DP-Cache results: their own roofline block)
@@ -29,7 +31,8 @@
 # Environment knobs (defaults in brackets; GPU / dry run):
 #   DEVICE_CHECK_MODELS            [smolvla pi0 pi05 / smolvla-tiny pi0-tiny pi05-tiny]
 #   DEVICE_CHECK_PROFILE_MODELS    [smolvla pi0 / smolvla-tiny pi0-tiny]
-#   DEVICE_CHECK_VARIANTS          [eager compile fused dpcache quant]
+#   DEVICE_CHECK_VARIANTS          [eager compile fused dpcache serving quant]
+#   DEVICE_CHECK_SERVING           [8 robots, batch 8, 10 s / 4 robots, batch 4, 2 s]: "ROBOTS BATCH SECONDS"
 #   DEVICE_CHECK_QUANT_PRECISIONS  [int8 fp8 int4]: the quant step's precisions; one the torch backend does not
 #                                  declare on the device (fp8 below compute capability 8.9) is skipped
 #   DEVICE_CHECK_ROOFLINE          [all / eager]: roofline --result for every result, the eager ones, one, or none
@@ -83,6 +86,7 @@ if [ "$mode" = gpu ]; then
     energy_windows=(--energy-window 1 --idle-window 0.5)
     profile_iterations=(--iterations 5 --min-duration 1 --warmup 2)
     roofline_ceilings=--measure-ceilings
+    serving="${DEVICE_CHECK_SERVING:-8 8 10}"
 else
     models="${DEVICE_CHECK_MODELS:-smolvla-tiny pi0-tiny pi05-tiny}"
     profile_models="${DEVICE_CHECK_PROFILE_MODELS:-smolvla-tiny pi0-tiny}"
@@ -93,8 +97,9 @@ else
     energy_windows=(--energy-window 1 --idle-window 0.1)
     profile_iterations=(--iterations 2 --min-duration 0.1 --warmup 1 --no-measure-ceilings)
     roofline_ceilings=--measure-ceilings  # the generic CPU profile has no datasheet peak
+    serving="${DEVICE_CHECK_SERVING:-4 4 2}"
 fi
-variants=" ${DEVICE_CHECK_VARIANTS:-eager compile fused dpcache quant} "
+variants=" ${DEVICE_CHECK_VARIANTS:-eager compile fused dpcache serving quant} "
 quant_precisions="${DEVICE_CHECK_QUANT_PRECISIONS:-int8 fp8 int4}"
 dp_cache="${DEVICE_CHECK_DP_CACHE:-{0,1,2,6,8,9\}}"
 fail_steps="${DEVICE_CHECK_FAIL_STEP:-}"
@@ -302,7 +307,7 @@ timeout_for() {  # step kind, model -> seconds
     case "$1" in
         base) [ "$big" = 1 ] && echo 300 || echo 180 ;;
         compile) [ "$big" = 1 ] && echo 240 || echo 150 ;;
-        dpcache | quant) [ "$big" = 1 ] && echo 180 || echo 120 ;;
+        dpcache | quant | serving) [ "$big" = 1 ] && echo 180 || echo 120 ;;
         profile) [ "$big" = 1 ] && echo 240 || echo 150 ;;
         *) echo 120 ;;
     esac
@@ -346,6 +351,15 @@ step_dpcache() {
         --dp-cache "$dp_cache" "${iterations[@]}" "${energy[@]}" --out "$work/results/run_${m}_dpcache"
 }
 
+step_serving() {  # robots served by one policy instance through the dynamic batcher, after the timed pass
+    local m="$1" robots batch seconds
+    wants serving || return 0
+    read -r robots batch seconds <<<"$serving"
+    run_step "run_${m}_serving" "$(timeout_for serving "$m")" vlabench run --model "$m" "${common[@]}" --backend torch \
+        --robots "$robots" --batch "$batch" --serve-duration "$seconds" "${iterations[@]}" "${energy[@]}" \
+        --out "$work/results/run_${m}_serving"
+}
+
 step_quant() {  # the torch backend's quantized precisions, each gated against fp32 (torchao on CUDA)
     local m="$1" p declared
     wants quant || return 0
@@ -372,15 +386,17 @@ step_profile() {
 }
 
 step_rooflines() {  # [model]: `roofline --result` for each result (of that model) not handled yet
-    local only="${1:-}" path model precision backend dp stem
-    while IFS=$'\t' read -r path model precision backend dp stem; do
+    local only="${1:-}" path model precision backend apart stem
+    while IFS=$'\t' read -r path model precision backend apart stem; do
         [ -n "$path" ] || continue
         [ -z "$only" ] || [ "$model" = "$only" ] || continue
         grep -q "^roofline_${stem}"$'\t' "$steps_file" && continue
-        if [ "$dp" = 1 ]; then
-            skip "roofline_${stem}" "DP-Cache result: roofline --result assumes every step computed; its own roofline block is used"
-            continue
-        fi
+        case "$apart" in
+            dpcache) skip "roofline_${stem}" "DP-Cache result: roofline --result assumes every step computed; its own roofline block is used"
+                continue ;;
+            serving) skip "roofline_${stem}" "served run: the unserved eager result of the model carries the roofline"
+                continue ;;
+        esac
         case "$roofline_scope" in
             none) continue ;;
             eager) [ "$backend" = torch ] || continue ;;
@@ -409,6 +425,7 @@ if [ -n "$first" ]; then
     step_base "$first"
     in_list "$first" "${profile_list[@]}" && step_profile "$first"
     step_dpcache "$first"
+    step_serving "$first"
     step_quant "$first"
     step_compile "$first"
     step_rooflines "$first"

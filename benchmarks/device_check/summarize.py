@@ -1,7 +1,7 @@
 """Helpers of ``run.sh`` (standard library only, so they work before and without vlabench):
 
-- ``results DIR``: one tab-separated line per run result below DIR: path, model, precision, backend, DP-Cache (0/1),
-  file stem.
+- ``results DIR``: one tab-separated line per run result below DIR: path, model, precision, backend, what keeps it
+  from ``roofline --result`` (``dpcache``, ``serving``; ``-`` for nothing), file stem.
 - ``environment WORK OUT``: ``OUT/environment.json`` from ``WORK/env/*.txt``.
 - ``pack WORK OUT``: ``OUT/results.tar.gz`` (every artifact but the Chrome traces, the per-step logs, steps.tsv) and
   ``OUT/traces.tar.gz`` (the traces, gzip-compressed; split into ``traces.tar.gz.partN`` of at most 15 MiB when larger,
@@ -70,17 +70,22 @@ def variant(result: dict) -> str:
         name += " + fuse-expert-kv"
     if result.get("precision") in QUANTIZED:
         name += f" {result['precision']}"
+    serving = result.get("serving")
+    if isinstance(serving, dict):
+        name += f" + {serving.get('robots', '?')} robots served (batch ≤ {serving.get('max_batch', '?')})"
     return name
 
 
 # ---------------------------------------------------------------------------------------------------------- results
 def list_results(root: Path) -> Iterable[str]:
     for path, result in artifacts(root, "run"):
-        dp = 1 if (result.get("optimization") or {}).get("dp_cache") else 0
+        apart = "-"
+        if (result.get("optimization") or {}).get("dp_cache"):
+            apart = "dpcache"
+        elif result.get("serving"):
+            apart = "serving"
         model = (result.get("model") or {}).get("name", "?")
-        yield "\t".join(
-            (str(path), model, result.get("precision", "?"), result.get("backend", "?"), str(dp), stem_of(path))
-        )
+        yield "\t".join((str(path), model, result.get("precision", "?"), result.get("backend", "?"), apart, stem_of(path)))
 
 
 # ------------------------------------------------------------------------------------------------------ environment
@@ -237,6 +242,33 @@ def latency_table(work: Path) -> list[str]:
     return lines
 
 
+def serving_section(work: Path) -> list[str]:
+    served = [
+        (path, result)
+        for path, result in artifacts(work / "results", "run")
+        if isinstance(result.get("serving"), dict) and result["serving"].get("latency")
+    ]
+    if not served:
+        return ["No served run."]
+    lines = [
+        "| model | robots | max batch | mean batch | requests | robot p50 ms | robot p99 ms | queue p50 ms | "
+        "inference p50 ms | late share | actions/s | J/action/robot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for _, result in served:
+        block = result["serving"]
+        latency, queue, inference = (block.get(key) or {} for key in ("latency", "queue", "inference"))
+        joules = block.get("joules_per_action")
+        lines.append(
+            f"| {(result.get('model') or {}).get('name', '?')} | {block.get('robots', '?')} | "
+            f"{block.get('max_batch', '?')} | {block.get('mean_batch', 0):.2f} | {block.get('requests', '?')} | "
+            f"{ms(latency.get('p50'))} | {ms(latency.get('p99'))} | {ms(queue.get('p50'))} | "
+            f"{ms(inference.get('p50'))} | {percent(block.get('late_share'))} | {block.get('actions_per_s', 0):.1f} | "
+            f"{'–' if joules is None else f'{joules:.3g}'} |"
+        )
+    return lines
+
+
 def roofline_outputs(work: Path) -> list[tuple[Path, dict]]:
     found = []
     for path in sorted((work / "roofline").glob("*.roofline.json")):
@@ -307,6 +339,10 @@ def summary(work: Path, out: Path) -> str:
         "",
         "Share of the roofline: analytic floor / measured p50, on the ceiling named (`vlabench roofline --result`; "
         "'result block': the roofline block stored in the result, which counts only DP-Cache's computed steps).",
+        "",
+        "## Robots served by one policy (`vlabench run --robots`)",
+        "",
+        *serving_section(work),
         "",
         "## SM activity per phase (`vlabench profile`)",
         "",
