@@ -85,7 +85,9 @@ def list_results(root: Path) -> Iterable[str]:
         elif result.get("serving"):
             apart = "serving"
         model = (result.get("model") or {}).get("name", "?")
-        yield "\t".join((str(path), model, result.get("precision", "?"), result.get("backend", "?"), apart, stem_of(path)))
+        yield "\t".join(
+            (str(path), model, result.get("precision", "?"), result.get("backend", "?"), apart, stem_of(path))
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ environment
