@@ -35,14 +35,15 @@ def load(name: str):
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """One dry run, kept lean for two cores: no DP-Cache pass, one quantized precision, one profile, one roofline; the
-    eager+compile step of smolvla-tiny fails on purpose, so its eager-only retry must run."""
+    """One dry run, kept lean for two cores: no DP-Cache pass, one quantized precision, one profile, one roofline, one
+    served run (4 robots for 2 s); the eager+compile step of smolvla-tiny fails on purpose, so its eager-only retry
+    must run."""
     out = tmp_path_factory.mktemp("out")
     env = {
         **os.environ,
         "OUT": str(out),
         "TMPDIR": str(tmp_path_factory.mktemp("work")),
-        "DEVICE_CHECK_VARIANTS": "eager compile fused quant",
+        "DEVICE_CHECK_VARIANTS": "eager compile fused serving quant",
         "DEVICE_CHECK_QUANT_PRECISIONS": "fp8 int3",  # int3: a precision the backend does not declare
         "DEVICE_CHECK_PROFILE_MODELS": "pi0-tiny",
         "DEVICE_CHECK_ROOFLINE": "one",
@@ -73,6 +74,9 @@ def test_dry_run_archive_holds_a_valid_result_per_tiny_model_a_profile_and_a_roo
     results = [load_result(path) for path in (tmp_path / "results").rglob("*.json")]
     for model in TINY:
         assert any(r.model.name == model and r.valid and r.precision == "fp32" for r in results), model
+    served = [r for r in results if r.serving is not None]  # the serving step: the first model only
+    assert [(r.model.name, r.serving.robots, r.serving.max_batch) for r in served] == [("smolvla-tiny", 4, 4)]
+    assert served[0].valid and served[0].serving.requests > 0
     quantized = [r for r in results if r.precision != "fp32"]  # the quant step: the first model only
     assert [(r.model.name, r.precision, r.backend) for r in quantized] == [("smolvla-tiny", "fp8", "torch")]
     assert quantized[0].correctness.passed and quantized[0].valid
@@ -102,6 +106,12 @@ def test_dry_run_records_the_failed_step_and_the_skipped_variants_with_reasons_a
     assert steps["run_smolvla-tiny_int3"][0] == "skipped" and "does not run int3" in steps["run_smolvla-tiny_int3"][2]
     assert "int8 fp8 int4" in steps["run_smolvla-tiny_int3"][2]  # what it does run, from the backend itself
     assert "| pi0-tiny | eager |" in summary
+    assert steps["run_smolvla-tiny_serving"][0] == "ok"
+    assert "| smolvla-tiny | eager + 4 robots served (batch ≤ 4) |" in summary
+    served_rows = summary.split("## Robots served", 1)[1].split("##", 1)[0]
+    assert "| smolvla-tiny | 4 | 4 |" in served_rows
+    roofline_skips = [row for name, *row in _step_rows(summary) if name.startswith("roofline_") and "served" in row[2]]
+    assert roofline_skips and roofline_skips[0][0] == "skipped"
     assert "GPM: no (not a CUDA device)" in summary
     assert "injected failure" in (out / "log.txt").read_text()
 
