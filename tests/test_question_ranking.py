@@ -97,10 +97,38 @@ def _dominates(a: dict, b: dict) -> bool:
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
+@st.composite
+def with_dominators(draw) -> list[dict]:
+    """Random rows, and for some of them a row on another device that is at least as good on every input."""
+    rows = draw(board_rows())
+    for row in list(rows[: draw(st.integers(1, len(rows)))]):
+        better = {name: draw(st.floats(0.5, 1.0)) for name in ("p99", "joules", "idle", "price")}
+        better["p50"] = draw(st.floats(0.5, 0.99))
+        p50 = row["latency_p50_ms"] * better["p50"]
+        rows.append(
+            row
+            | {
+                "id": f"{row['id']}-better",
+                "device": draw(st.sampled_from(DEVICES)),
+                "latency_p50_ms": p50,
+                "latency_p99_ms": max(p50, row["latency_p99_ms"] * better["p99"]),
+                "joules_per_inference": row["joules_per_inference"] * better["joules"],
+                "idle_w": row["idle_w"] * better["idle"],
+                "price_usd": None if row["price_usd"] is None else row["price_usd"] * better["price"],
+            }
+        )
+    return rows
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=board_rows(), priority=st.sampled_from(("cost", "energy", "time")), hz=st.sampled_from((2.0, 10.0, 40.0)))
+@given(
+    rows=with_dominators(),
+    priority=st.sampled_from(("cost", "energy", "time")),
+    hz=st.sampled_from((2.0, 10.0, 40.0)),
+)
 def test_a_dominating_row_is_never_ranked_below_the_one_it_dominates(rows, priority, hz):
     ranked = _ranked(rows, priority, hz)
+    assert any(_dominates(a, b) for a in rows for b in rows if a is not b)
     for a in rows:
         for b in rows:
             same = question_of(a) == question_of(b) and a["approximate"] == b["approximate"]
