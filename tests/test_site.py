@@ -442,9 +442,10 @@ class Visit:
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("request", lambda r: self.requests.append(r.url))
-        self.page.goto((site / relative).as_uri())
+        path, _, fragment = relative.partition("#")
+        self.page.goto((site / path).as_uri() + (f"#{fragment}" if fragment else ""))
         self.page.wait_for_load_state("load")
-        if relative.startswith("index.html"):
+        if path == "index.html":
             self.page.wait_for_selector("body[data-ready]")
         self.site = site
 
@@ -468,7 +469,7 @@ class Visit:
                 id: tr.dataset.id, infeasible: tr.classList.contains('infeasible'),
                 rank: tr.querySelector('.rank').textContent.trim(), status: tr.querySelector('.status').textContent,
                 cost: tr.querySelector('.cost').textContent, hour: tr.querySelector('.hour').textContent,
-                device: tr.querySelector('.device').textContent, stack: tr.querySelector('.stack').textContent,
+                where: tr.querySelector('.device').textContent, stack: tr.querySelector('.stack').textContent,
             }))""",
         )
 
