@@ -52,10 +52,12 @@ def load_board(
     projected: bool = False,
     published: bool = True,
     progress: Progress = quiet,
+    latest_only: bool = True,
 ) -> Board:
     """The rows of ``paths`` (no paths: the bundled results) with the published rows (``published``) and the
-    projection model's (``projected``: slow the first time it is fitted); refuses inputs with no readable result
-    unless the board is the bundled one."""
+    projection model's (``projected``: slow the first time it is fitted); ``latest_only``: one row per configuration,
+    its latest run (the site), else one per run (``vlabench rank``). Refuses inputs with no readable result unless the
+    board is the bundled one."""
     bundled = not paths
     inputs = bundled_inputs() if bundled else paths
     progress("reading results", 0, 1)
@@ -66,7 +68,7 @@ def load_board(
         raise InputError(f"no readable results under {', '.join(map(str, paths))}{reasons}")
     named = {path for path in inputs if not path.is_dir()}
     runs = [Run(path, result, slug(f"{result.run_id} {path.name}"), path in named) for path, result in loaded]
-    board = latest_per_configuration(runs)
+    board = latest_per_configuration(runs) if latest_only else runs
     progress("reading results", 1, 1)
     rows = run_rows(board, control_hz)
     entries = reported_entries() if published else []

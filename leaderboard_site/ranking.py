@@ -155,7 +155,7 @@ def rank_board(paths: list[Path], question: Question, published: bool, projected
     answers is an input error naming the workloads that have rows."""
     if question.priority not in PRIORITY_COLUMNS:
         raise unknown_name("priority", question.priority, PRIORITY_COLUMNS)
-    board = load_board(paths, question.control_hz, projected=projected, published=published)
+    board = load_board(paths, question.control_hz, projected=projected, published=published, latest_only=False)
     rows = board.rows
     if question.model is not None:
         models = {row["model"] for row in rows}

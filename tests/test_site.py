@@ -492,6 +492,8 @@ class Tab(Visit):
         self.requests.clear()
         self.page.goto((self.site / relative).as_uri())
         self.page.wait_for_load_state("load")
+        if relative == "index.html":
+            self.page.wait_for_selector("body[data-ready]")
         return self
 
 

@@ -310,6 +310,7 @@
     const parts = [`${r.backend} · ${r.precision}`];
     if (r.optimizations && r.optimizations !== "none") parts.push(r.optimizations);
     if (r.approximate) parts.push(`≈ approximate${present(r.action_error) ? `, action error ${pyG(r.action_error, 3)}` : ""}`);
+    if (!r.valid) parts.push(`action error ${present(r.action_error) ? pyG(r.action_error, 3) : r.action_error_note || "—"} ✗`);
     return parts.join(" · ");
   }
   const deviceName = (r) => `${r.device}${deploymentText(r) ? ` (${deploymentText(r)})` : ""}`;
