@@ -354,6 +354,10 @@ def test_text_meets_wcag_aa_contrast_and_pages_fit_a_phone(browser, site):  # no
             phone.wait_for_selector("body[data-ready]")
             phone.uncheck("#prov-projected")  # measured and published rows: greyed infeasible ones among them
             assert phone.locator("#leaderboard tr.infeasible").count() > 0
+            assert phone.evaluate(CONTRAST) == []
+            phone.select_option("#model", "pi0")  # its workloads' long names
+            phone.evaluate("document.getElementById('charts').scrollIntoView()")
+            phone.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 3")
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390, relative
         assert phone.evaluate(CONTRAST) == [], relative
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
