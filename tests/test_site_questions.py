@@ -355,9 +355,11 @@ def test_text_meets_wcag_aa_contrast_and_pages_fit_a_phone(browser, site):  # no
             phone.uncheck("#prov-projected")  # measured and published rows: greyed infeasible ones among them
             assert phone.locator("#leaderboard tr.infeasible").count() > 0
             assert phone.evaluate(CONTRAST) == []
-            phone.select_option("#model", "pi0")  # its workloads' long names
             phone.evaluate("document.getElementById('charts').scrollIntoView()")
             phone.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 3")
+            for model in ("pi0", "smolvla"):  # their workloads' long names, their charts
+                phone.select_option("#model", model)
+                assert phone.evaluate("document.documentElement.scrollWidth") <= 390, model
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390, relative
         assert phone.evaluate(CONTRAST) == [], relative
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
