@@ -245,3 +245,16 @@ def test_an_offload_result_compares_its_serving_with_the_robots_window():
     served = load_result(QUICKSTART / "act-cpu-served.json")  # in-process: its timing ran inside its own window
     long = served.model_copy(update={"timing": served.timing.model_copy(update={"timed_duration_s": 1e5})})
     assert any(field == "timing.timed_duration_s" for field, _ in relation_problems(long))
+
+
+def test_served_and_offload_rows_are_keyed_by_robots_batch_and_execution():
+    """16 served results of one model and device were 4 rows, two offload runs one: each configuration of robots,
+    largest batch and execution model is a row of its own."""
+    from vlabench.leaderboard_site.rows import row_key
+
+    served = load_result(QUICKSTART / "act-cpu-served.json")
+    offload = load_result(QUICKSTART / "act-cpu-offload.json")
+    keys = {row_key(served), row_key(offload)}
+    for change in ({"robots": 8}, {"max_batch": 2}, {"execution": "async"}):
+        keys.add(row_key(served.model_copy(update={"serving": served.serving.model_copy(update=change)})))
+    assert len(keys) == 5
