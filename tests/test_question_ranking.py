@@ -118,7 +118,7 @@ def with_dominators(draw) -> list[dict]:
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=with_dominators(),
     priority=st.sampled_from(("cost", "energy", "time")),
@@ -135,7 +135,7 @@ def test_a_dominating_row_is_never_ranked_below_the_one_it_dominates(rows, prior
                 assert ranked[a["id"]]["rank"] is not None and ranked[a["id"]]["rank"] <= ranked[b["id"]]["rank"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=board_rows(), priority=st.sampled_from(("cost", "energy", "time")))
 def test_no_rank_tie_or_pareto_mark_is_computed_across_questions(rows, priority):
     """Each question ranked alone gives the same ranks, ties and Pareto marks as the whole board; every question's
