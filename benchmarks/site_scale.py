@@ -208,23 +208,28 @@ def first_visit(site: Path) -> dict:
     server = make_server(site, 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     root = f"http://127.0.0.1:{server.server_address[1]}/"
-    fetched: dict[str, int] = {}
+    responses: list = []
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("response", lambda r: fetched.__setitem__(r.url.removeprefix(root), len(r.body())))
+            page.on("response", responses.append)
             start = time.perf_counter()
             page.goto(root + "index.html")
             page.wait_for_selector("body[data-ready]")
             ready_ms = (time.perf_counter() - start) * 1000.0
-            first_screen = dict(fetched)
+            page.wait_for_load_state("networkidle")
+            first = len(responses)
             page.evaluate("document.getElementById('charts').scrollIntoView()")
             page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 3")
+            page.wait_for_load_state("networkidle")
+            sizes = [(r.url.removeprefix(root), len(r.body()) if r.ok else 0) for r in responses]
             browser.close()
     finally:
         server.shutdown()
         server.server_close()
+    fetched = dict(sizes)
+    first_screen = dict(sizes[:first])
     return {
         "first_screen_bytes": sum(first_screen.values()),
         "first_visit_bytes": sum(fetched.values()),
