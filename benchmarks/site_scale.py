@@ -213,7 +213,7 @@ def first_visit(site: Path) -> dict:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("response", responses.append)
+            page.on("response", lambda response: responses.append(response))
             start = time.perf_counter()
             page.goto(root + "index.html")
             page.wait_for_selector("body[data-ready]")
