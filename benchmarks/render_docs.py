@@ -933,6 +933,26 @@ def render_serving(root: Path) -> str:
     return "\n".join(lines)
 
 
+def render_site_scale(root: Path) -> str:
+    """``benchmarks/site_scale.py --bundled``: the bundled site's build time and what a first visit fetches."""
+    doc, meta = load(root, f"{RESULTS}/site-scale.json")
+    warm = doc["build_warm_s"]
+    spread = f" ({min(warm):.1f}–{max(warm):.1f} s over {len(warm)} builds)" if len(warm) > 1 else ""
+    files = sorted(doc["files"].items(), key=lambda item: -item[1])
+    rows = [[f"`{name}`", f"{size / 1e3:,.0f}"] for name, size in files]
+    body = table(["file fetched on the first visit", "kB"], rows, "lr")
+    verdict = "within" if doc["first_visit_bytes"] <= doc["first_visit_budget_bytes"] else "over"
+    intro = (
+        f"The bundled site ({doc['rows']:,} rows from {doc['runs']} results, {doc['pages']} pages): built in "
+        f"{doc['build_warm_median_s']:.1f} s median with the projection model's cache filled{spread}, "
+        f"{doc['build_cold_s']:.1f} s from an empty cache (the projection model traced and fitted afresh). Served on "
+        f"127.0.0.1 and opened in Chromium, the landing page fetched {doc['first_screen_bytes'] / 1e3:,.0f} kB until "
+        f"its rows were ranked ({doc['ready_ms']:,} ms) and {doc['first_visit_bytes'] / 1e3:,.0f} kB once its charts "
+        f"were drawn, {verdict} the {doc['first_visit_budget_bytes'] / 1e6:.1f} MB budget."
+    )
+    return captioned(intro, body, meta)
+
+
 BLOCKS: dict[str, Block] = {
     "quickstart": Block((f"{RESULTS}/quickstart/smolvla-cpu.json",), render_quickstart),
     "models": Block((f"{RESULTS}/models.json",), render_models),
@@ -945,6 +965,7 @@ BLOCKS: dict[str, Block] = {
     "gate-example": Block((), render_gate_example),
     "compare-aa": Block((f"{RESULTS}/compare-aa.json",), render_compare_aa),
     "serving": Block((f"{RESULTS}/serving-cpu.json",), render_serving),
+    "site-scale": Block((f"{RESULTS}/site-scale.json",), render_site_scale),
 }
 for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
     _path = f"{RESULTS}/expert-profile-{_artifact}.json"

@@ -1,23 +1,35 @@
-"""Scale of the leaderboard site: build it from many synthetic (but valid) results, print the time and the sizes.
+"""Scale of the leaderboard site: the bundled site's build time and first-visit bytes, and the build from many synthetic
+(but valid) results.
 
+    python benchmarks/site_scale.py --bundled [--repeats 3]        # the bundled site, measured (JSON on stdout)
     python benchmarks/site_scale.py [--results 1000] [--seed 0] [--keep DIR]
 
-The results are one real result file (``tests/data/artifacts``) with a real roofline block (``benchmarks/results``)
-copied with a seeded RNG
-into new run ids, models, devices, backends, precisions, optimizations and latencies; no benchmark runs. The
-distribution is skewed the way a real results folder is: 40 % of the runs on one device (the development host), the
-others spread over every packaged device profile. Prints the build time, the site's total size, the number of files
-and the largest page; ``tests/test_site_scale.py`` asserts the size budgets (never the time: timing claims belong
-here).
+``--bundled`` builds the bundled leaderboard (``vlabench site build`` with no folder: the results this checkout ships,
+the published rows and the projections) ``--repeats`` times, the first one with an empty projection cache (the
+projection model traced and fitted afresh, as on a new machine) and the others with it filled; then serves the site on
+127.0.0.1 and opens it in Chromium (Playwright, Debian's chromium): the bytes of every response until the page has
+ranked its rows (the first screen), then after scrolling to the charts (plotly.js's basic bundle loads then: the first
+visit), and the time from navigation to the ranked rows. The committed artifact is
+``benchmarks/results/site-scale.json`` (``benchmarks/capture.py`` records the load average beside it).
+
+Without ``--bundled``, the results are one real result file (``tests/data/artifacts``) with a real roofline block
+(``benchmarks/results``) copied with a seeded RNG into new run ids, models, devices, backends, precisions, optimizations
+and latencies; no benchmark runs. The distribution is skewed the way a real results folder is: 40 % of the runs on one
+device (the development host), the others spread over every packaged device profile. Prints the build time, the site's
+total size, the number of files and the largest page; ``tests/test_site_scale.py`` asserts the size budgets (never the
+time: timing claims belong here).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
+import statistics
 import tempfile
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -159,14 +171,108 @@ def site_sizes(site: Path) -> dict:
     }
 
 
+FIRST_VISIT_BUDGET = 1_500_000
+FIRST_SCREEN_BUDGET = 1_000_000
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def bundled_builds(out: Path, repeats: int) -> list[float]:
+    """Seconds per build of the bundled site: the first with an empty projection cache, the others warm."""
+    from vlabench.leaderboard_site.build import build_site
+
+    times = []
+    cache = Path(tempfile.mkdtemp(prefix="site-scale-cache-"))
+    previous = os.environ.get("VLABENCH_CACHE")
+    os.environ["VLABENCH_CACHE"] = str(cache)
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            build_site([], out, projected=True)
+            times.append(time.perf_counter() - start)
+    finally:
+        if previous is None:
+            os.environ.pop("VLABENCH_CACHE")
+        else:
+            os.environ["VLABENCH_CACHE"] = previous
+        shutil.rmtree(cache, ignore_errors=True)
+    return times
+
+
+def first_visit(site: Path) -> dict:
+    """Bytes the browser fetches for the landing page over loopback HTTP: until the rows are ranked (first screen),
+    and after the charts are drawn (first visit); per file, and the time to the ranked rows."""
+    from playwright.sync_api import sync_playwright
+
+    from vlabench.leaderboard_site.serve import make_server
+
+    server = make_server(site, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}/"
+    responses: list = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("response", lambda response: responses.append(response))
+            start = time.perf_counter()
+            page.goto(root + "index.html")
+            page.wait_for_selector("body[data-ready]")
+            ready_ms = (time.perf_counter() - start) * 1000.0
+            page.wait_for_load_state("networkidle")
+            first = len(responses)
+            page.evaluate("document.getElementById('charts').scrollIntoView()")
+            page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 3")
+            page.wait_for_load_state("networkidle")
+            sizes = [(r.url.removeprefix(root), len(r.body()) if r.ok else 0) for r in responses]
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    fetched = dict(sizes)
+    first_screen = dict(sizes[:first])
+    return {
+        "first_screen_bytes": sum(first_screen.values()),
+        "first_visit_bytes": sum(fetched.values()),
+        "files": fetched,
+        "ready_ms": round(ready_ms),
+        "first_screen_budget_bytes": FIRST_SCREEN_BUDGET,
+        "first_visit_budget_bytes": FIRST_VISIT_BUDGET,
+    }
+
+
+def bundled(repeats: int) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="site-scale-bundled-"))
+    try:
+        times = bundled_builds(work / "site", repeats)
+        marker = json.loads((work / "site" / "vlabench-site.json").read_text())
+        warm = times[1:]
+        return {
+            "rows": marker["rows"],
+            "runs": marker["runs"],
+            "pages": len(list((work / "site").rglob("*.html"))),
+            "build_cold_s": round(times[0], 2),
+            "build_warm_s": [round(t, 2) for t in warm],
+            "build_warm_median_s": round(statistics.median(warm), 2) if warm else None,
+            **first_visit(work / "site"),
+            "cpu_count": os.cpu_count(),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     from vlabench.leaderboard_site.build import build_site
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundled", action="store_true", help="measure the bundled site (build time, first visit)")
+    parser.add_argument("--repeats", type=int, default=3, help="--bundled: builds (the first one cold)")
     parser.add_argument("--results", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="build the site here (default: a temporary folder, removed)")
     args = parser.parse_args()
+    if args.bundled:
+        print(json.dumps(bundled(max(1, args.repeats)), indent=2))
+        return
     work = Path(tempfile.mkdtemp(prefix="site-scale-"))
     try:
         synthetic_results(work / "results", args.results, args.seed)

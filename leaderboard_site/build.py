@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import shutil
@@ -11,76 +13,36 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import plotly.offline
 
 import vlabench
-from vlabench.analysis.cet import EXECUTIONS, ExecutionModel, Priority
+from vlabench.analysis.cet import EXECUTIONS, CostAssumptions, ExecutionModel, Priority
+from vlabench.analysis.question import WORKLOAD_COLUMNS
 from vlabench.atomic import staging_folder
 from vlabench.errors import InputError, VlabenchError
-from vlabench.results.aggregate import load_results
 from vlabench.results.store import json_files, survey
 
 from . import charts
-from .estimates import projected_rows, reported_rows
-from .pages import write_pages
-from .ranking import rank_rows
-from .reported import reported_entries
-from .rows import Run, latest_per_configuration, row_key, run_rows, slug
+from .board import PROFILE_KIND, Progress, load_board, quiet
+from .pages import page_rows, write_pages
+from .ranking import canonical_workloads, model_defaults, rank_rows
+from .rows import Run, row_key
 
 MARKER = "vlabench-site.json"
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 ASSETS = ("site.css", "leaderboard.js", "charts.js")
-BUNDLED = Path(vlabench.__file__).resolve().parents[1] / "benchmarks" / "results"
-"""The results a source checkout ships (``quickstart/``: run results; ``profile/``: profile artifacts)."""
-PROFILE_KIND = "profile"
+PLOTLY = "plotly-basic.min.js"
+"""plotly.js's basic partial bundle (scatter, bar, error bars), vendored from npm (``assets/vendor/README.md``)."""
 DOWNLOAD_COLUMNS = (
-    "id",
-    "rank",
-    "group",
-    "feasible",
-    "reasons",
-    "pareto",
-    "provenance",
-    "model",
-    "device",
-    "device_kind",
-    "deployment",
-    "robots",
-    "offload_server",
-    "backend",
-    "precision",
-    "optimizations",
-    "cameras",
-    "steps",
-    "chunk",
-    "batch",
-    "actions_per_chunk",
-    "latency_p50_ms",
-    "latency_p99_ms",
-    "inference_hz_p50",
-    "reaction_ms",
-    "inference_hz_p99",
-    "execution",
-    "delivered_action_hz",
-    "joules_per_inference",
-    "joules_per_action",
-    "energy_label",
-    "usd_per_million_actions",
-    "usd_per_million_actions_electricity_only",
-    "cost_basis",
-    "memory_needed_gb",
-    "device_memory_gb",
-    "action_error",
-    "valid",
-    "invalid_reason",
-    "approximate",
-    "error_band",
-    "published_energy_kj",
-    "source",
-    "stack",
-    "date",
-    "vlabench_version",
-    "run_id",
+    *("id", "question", "rank", "tied", "tied_with", "group", "feasible", "reasons", "pareto", "provenance"),
+    *("model", "cameras", "steps", "prompt_tokens", "device", "device_kind", "device_class", "deployment", "robots"),
+    *("serving_note", "offload_server", "backend", "precision", "optimizations", "chunk", "batch"),
+    *("actions_per_chunk", "latency_p50_ms", "latency_p99_ms", "inference_hz_p50", "reaction_ms", "inference_hz_p99"),
+    *("execution", "delivered_action_hz", "joules_per_inference", "joules_per_action", "energy_label"),
+    *("usd_per_robot_hour", "usd_per_robot_hour_electricity_only", "usd_per_million_actions"),
+    *("usd_per_million_actions_electricity_only", "cost_basis", "price_usd", "price_source", "duty_cycle"),
+    *("lifetime_years", "electricity_usd_per_kwh", "memory_needed_gb", "device_memory_gb", "action_error", "valid"),
+    *("invalid_reason", "approximate", "error_band", "calibration", "band_coverage", "published_energy_kj"),
+    *("source", "stack", "date", "vlabench_version", "run_id"),
 )
 
 
@@ -106,12 +68,6 @@ def check_target(out: Path) -> None:
         raise InputError(f"{out} exists and is not a vlabench site (no {MARKER}); choose another -o or remove it")
 
 
-def bundled_inputs() -> list[Path]:
-    """The measured run results and profiles a source checkout ships (none in an installed wheel)."""
-    files = [path for folder in ("quickstart", "profile") for path in sorted((BUNDLED / folder).glob("*.json"))]
-    return [path for path in files if not path.name.endswith((".meta.json", ".trace.json"))]
-
-
 def build_site(
     paths: list[Path],
     out: Path,
@@ -119,71 +75,45 @@ def build_site(
     control_hz: float = 10.0,
     execution: ExecutionModel | None = None,
     projected: bool = False,
+    progress: Progress = quiet,
 ) -> BuildReport:
     """Build the site into a temporary folder next to ``out`` and rename it into place (never a half site). No
     ``paths``: the bundled leaderboard (the results this checkout ships and the published rows). ``projected``: use
     the projection model (``analysis.projection``, slow the first time it is fitted): projected rows, and estimated
-    energy (so cost) for the published rows."""
+    energy (so cost) for the published rows. ``progress`` is told each stage."""
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
     execution = execution or ExecutionModel()
-    bundled = not paths
-    inputs = bundled_inputs() if bundled else paths
-    run_inputs = [path for path in inputs if path.is_dir() or survey(path, PROFILE_KIND).kind != PROFILE_KIND]
-    loaded, skipped = load_results(run_inputs)
-    if not loaded and not bundled:
-        reasons = "".join(f"\n  skipped {problem}" for problem in skipped)
-        raise InputError(f"no readable results under {', '.join(map(str, paths))}{reasons}")
     check_target(out)
-    named = {path for path in inputs if not path.is_dir()}
-    runs = [Run(path, result, slug(f"{result.run_id} {path.name}"), path in named) for path, result in loaded]
-    board = latest_per_configuration(runs)
-    entries = reported_entries()
-    energies = reported_energies(entries) if projected else {}
-    unranked = run_rows(board, control_hz) + reported_rows(entries, energies)
-    if projected:
-        unranked += projected_rows(projections())
-    for row in unranked:  # published and projected figures are for a policy on the robot's own device
-        row.setdefault("deployment", "on-robot")
-        row.setdefault("robots", 1)
-    rows = rank_rows(unranked, priority, control_hz, execution)
+    board = load_board(paths, control_hz, projected=projected, progress=progress)
+    progress("ranking", 0, 1)
+    rows = rank_rows(board.rows, priority, control_hz, execution)
+    progress("ranking", 1, 1)
+    defaults = model_defaults()
+    canonical = canonical_workloads(rows, defaults)
     settings = {
         "priority": priority,
         "control_hz": control_hz,
         "execution": execution.mode,
         "chunk": execution.actions_per_chunk,
         "modes": list(EXECUTIONS),
+        "assumptions": CostAssumptions().model_dump(),
+        "canonical": {
+            model: dict(zip(WORKLOAD_COLUMNS, workload, strict=True)) for model, workload in canonical.items()
+        },
+        "own_workload": {model: model in defaults and defaults[model] == w for model, w in canonical.items()},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_folder(out.parent, f".{out.name}.partial-")
     try:
-        pages = write_site(staging, runs, rows, skipped, settings, find_profiles(inputs, board))
+        pages = write_site(
+            staging, board.runs, rows, board.skipped, settings, find_profiles(board.inputs, board.board), progress
+        )
         swap_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return BuildReport(site=out, runs=len(runs), rows=len(rows), pages=pages, skipped=skipped)
-
-
-def projections() -> list[Any]:
-    """``analysis.projection.project_all``: every (model, device, stack, precision) the profiles allow, projected."""
-    from vlabench.analysis.projection import project_all
-
-    return project_all()
-
-
-def reported_energies(entries: list[Any]) -> dict[str, float | None]:
-    """Estimated J per inference of each published row (the device's power model at the published latency)."""
-    from vlabench.analysis.projection import estimated_joules_per_inference
-
-    from .estimates import reported_id
-
-    return {
-        reported_id(entry): estimated_joules_per_inference(
-            entry.latency.model, entry.latency.device, entry.latency.precision, entry.latency.phases_ms["e2e"]
-        )
-        for entry in entries
-    }
+    return BuildReport(site=out, runs=len(board.runs), rows=len(rows), pages=pages, skipped=board.skipped)
 
 
 def find_profiles(inputs: list[Path], runs: list[Run]) -> dict[str, Path]:
@@ -227,12 +157,14 @@ def write_site(
     skipped: list[str],
     settings: dict[str, Any],
     profiles: dict[str, Path],
+    progress: Progress = quiet,
 ) -> int:
     """Every page, asset, chart and download of the site under ``site``; returns the number of HTML pages."""
     with charts.bare_figures() as template:
         write_assets(site, template)
+        write_data(site, rows, settings)
         write_downloads(site, rows, settings["priority"], settings["control_hz"])
-        pages = write_pages(site, runs, rows, skipped, settings, profiles)
+        pages = write_pages(site, runs, rows, skipped, settings, profiles, progress)
     marker = {
         "generator": "vlabench site build",
         "vlabench_version": vlabench.__version__,
@@ -246,15 +178,24 @@ def write_site(
 
 
 def write_assets(site: Path, template: str) -> None:
-    """The stylesheet, the scripts, plotly.js and the plotly_white template (written once, referenced by relative
-    path)."""
+    """The stylesheet, the scripts, plotly.js's basic bundle and the plotly_white template (written once,
+    referenced by relative path)."""
     assets = site / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     package = resources.files("vlabench.leaderboard_site").joinpath("assets")
     for name in ASSETS:
         (assets / name).write_text(package.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
-    (assets / "plotly.min.js").write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+    (assets / PLOTLY).write_bytes(package.joinpath("vendor", PLOTLY).read_bytes())
     (assets / "plot-template.js").write_text(f"window.VLABENCH_TEMPLATE = {template};\n", encoding="utf-8")
+
+
+def write_data(site: Path, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """``data/board.js``: the rows the index page's script ranks (``pages.page_rows``: columns and values), gzipped
+    JSON in base64 (a script, so that the page also works opened from disk); the page decompresses it."""
+    document = json.dumps({**settings, **page_rows(rows)}, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    packed = base64.b64encode(gzip.compress(document.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    (site / "data").mkdir(exist_ok=True)
+    (site / "data" / "board.js").write_text(f'window.VLABENCH_BOARD = "{packed}";\n', encoding="ascii")
 
 
 def spreadsheet_cell(value: Any) -> Any:
@@ -264,8 +205,10 @@ def spreadsheet_cell(value: Any) -> Any:
 
 
 def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, control_hz: float) -> None:
-    """``leaderboard.csv`` and ``leaderboard.json``: the table as built (ranked at the build's target and priority);
-    the CSV's text cannot start a spreadsheet formula (``spreadsheet_cell``), the JSON holds the names as they are."""
+    """``leaderboard.csv`` and ``leaderboard.json``: every row ranked within its question at the build's target,
+    execution model and priority with every provenance and deployment kept (what the page shows before the reader
+    changes a setting); the CSV's text cannot start a spreadsheet formula (``spreadsheet_cell``), the JSON holds
+    the names as they are."""
     table = [{column: row.get(column) for column in DOWNLOAD_COLUMNS} for row in rows]
     cells = [{column: spreadsheet_cell(value) for column, value in row.items()} for row in table]
     frame = pd.DataFrame(cells, columns=list(DOWNLOAD_COLUMNS))

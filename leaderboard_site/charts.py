@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,67 +127,3 @@ def roofline_chart(report: RooflineReport) -> go.Figure | None:
     if not report.phases or (report.primary is None and any(p.achieved_tflops is None for p in report.phases)):
         return None
     return roofline_figure(RooflineReport.model_validate(escaped(report.model_dump())))
-
-
-def exact_counterpart(run: Run, runs: list[Run]) -> Run | None:
-    """The latest run of the same configuration without any optimization (the speed-up's baseline)."""
-    r = run.result
-    same = [
-        o
-        for o in runs
-        if optimizations(o.result) == "none"
-        and (o.result.model.name, o.result.device.profile, o.result.backend, o.result.precision)
-        == (r.model.name, r.device.profile, r.backend, r.precision)
-        and (o.result.workload.cameras, o.result.workload.steps) == (r.workload.cameras, r.workload.steps)
-    ]
-    return max(same, key=lambda o: o.result.started_utc) if same else None
-
-
-def fidelity_error(run: Run) -> float | None:
-    """DP-Cache's open-loop error against the exact path, else the correctness gate's error against the reference."""
-    opt, correctness = run.result.optimization, run.result.correctness
-    if opt is not None and opt.dp_cache_error is not None:
-        return opt.dp_cache_error.relative
-    return correctness.relative_error if correctness is not None else None
-
-
-def speedup_points(runs: list[Run]) -> list[dict[str, Any]]:
-    """Optimized runs with an exact counterpart: e2e p50 speed-up and action error."""
-    points = []
-    for run in runs:
-        if optimizations(run.result) == "none":
-            continue
-        exact, error = exact_counterpart(run, runs), fidelity_error(run)
-        if exact is None or error is None or not math.isfinite(error):
-            continue  # no baseline, or no error to plot (NaN actions: the run is flagged invalid elsewhere)
-        speedup = exact.result.timing.phases["e2e"].p50 / run.result.timing.phases["e2e"].p50
-        points.append({"run": run, "exact": exact, "speedup": speedup, "error": error})
-    return points
-
-
-def speedup_figure(points: list[dict[str, Any]]) -> go.Figure:
-    figure = go.Figure(
-        go.Scatter(
-            x=[p["error"] for p in points],
-            y=[p["speedup"] for p in points],
-            mode="markers",
-            text=[
-                label(
-                    f"{p['run'].result.model.name} · {p['run'].result.device.profile} · {p['run'].result.backend} "
-                    f"{p['run'].result.precision} · {optimizations(p['run'].result)}"
-                )
-                for p in points
-            ],
-            hovertemplate="%{text}<br>speed-up %{y:.3g}×<br>relative error %{x:.3g}<extra></extra>",
-            marker={"size": 12, "color": "#2ca02c"},
-            name="optimized run",
-        )
-    )
-    figure.add_hline(y=1.0, line_dash="dash", line_color="#888")
-    figure.update_layout(
-        title="Optimization speed-up vs fidelity (e2e p50 of the matching exact run ÷ optimized)",
-        xaxis={"title": "relative action error (DP-Cache open loop, else the correctness gate)"},
-        yaxis={"title": "speed-up ×"},
-        showlegend=False,
-    )
-    return figure

@@ -3,6 +3,7 @@ figures (``profiles/reported``), each a full row wherever its inputs exist, labe
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import vlabench
@@ -18,10 +19,12 @@ from vlabench.vocab import Precision
 from .reported import ReportedEntry
 from .rows import cost_inputs, slug
 
+STEPS = ("vision", "prefill", "action")
 PROJECTED_P99 = "gated on the projected latency (no p99 is projected)"
 REPORTED_P99 = "gated on the published latency (no p99 is published)"
 
 
+@cache
 def _profile(device: str) -> DeviceProfile | None:
     try:
         return load_device_profile(device)
@@ -29,13 +32,33 @@ def _profile(device: str) -> DeviceProfile | None:
         return None
 
 
-def _chunk(model: str, cameras: int, steps: int) -> dict[str, int | None]:
-    """The model's predicted chunk and the actions executed from it (None for a model no spec describes)."""
+@cache
+def _workload(model: str, cameras: int, steps: int) -> dict[str, int | None]:
+    """The model's predicted chunk, the actions executed from it and its prompt tokens (None for a model no spec
+    describes)."""
     try:
         workload = Workload.from_spec(load_model_spec(model), cameras, steps)
     except (InputError, ValueError):
-        return {"chunk": None, "actions_per_chunk": None}
-    return {"chunk": workload.chunk, "actions_per_chunk": workload.actions_per_chunk}
+        return {"chunk": None, "actions_per_chunk": None, "prompt_tokens": None}
+    return {
+        "chunk": workload.chunk,
+        "actions_per_chunk": workload.actions_per_chunk,
+        "prompt_tokens": workload.language_tokens,
+    }
+
+
+def projection_labels(projection: ProjectedRow) -> dict[str, Any]:
+    """What a projected row says about its own reliability beyond its band: a calibration label (``uncalibrated``
+    for a stack fitted on too few entries) and the band's coverage (the share of held-out published figures inside
+    their band), each shown when the row contract carries a field for it (a field whose name contains
+    ``calibrat``, resp. ``coverage``); None where it carries none."""
+    fields = projection.model_dump()
+    label = next((v for k, v in fields.items() if "calibrat" in k and isinstance(v, str)), None)
+    coverage = next(
+        (v for k, v in fields.items() if "coverage" in k and isinstance(v, float | int) and not isinstance(v, bool)),
+        None,
+    )
+    return {"calibration": label, "band_coverage": coverage}
 
 
 def idle_w(profile: DeviceProfile) -> float | None:
@@ -60,7 +83,7 @@ def _common(model: str, device: str, precision: str, cameras: int, steps: int) -
         "optimizations": "none",
         "cameras": cameras,
         "steps": steps,
-        **_chunk(model, cameras, steps),
+        **_workload(model, cameras, steps),
         "valid": True,
         "invalid_reason": None,
         "action_error": None,
@@ -68,6 +91,9 @@ def _common(model: str, device: str, precision: str, cameras: int, steps: int) -
         "approximate": Precision.is_quantized(precision),
         "group": "approximate" if Precision.is_quantized(precision) else "exact",
         "page": None,
+        "device_class": _profile(device).device_class if _profile(device) else None,
+        "deployment": "on-robot",
+        "robots": 1,
         "model_page": f"models/{slug(model)}.html",
         "device_page": f"devices/{slug(device)}.html",
         "vlabench_version": vlabench.__version__,
@@ -98,6 +124,8 @@ def projected_rows(projections: list[ProjectedRow]) -> list[dict[str, Any]]:
                 **cost_inputs(p.joules_per_inference, p.idle_w, p.price_usd, p.price_source, CostAssumptions()),
                 "error_band": p.error_band,
                 "error_band_label": band_label(p.error_band),
+                **projection_labels(p),
+                "phases": {name: [p.phases_ms[name], None] for name in STEPS if name in p.phases_ms},
                 "source": f"roofline projection ({p.energy_method} energy); parameters: {p.parameters_source}",
                 "published_energy_kj": None,
             }
@@ -121,6 +149,7 @@ def reported_rows(entries: list[ReportedEntry], energies: dict[str, float | None
         rows.append(
             {
                 **_common(latency.model, latency.device, latency.precision, latency.cameras, latency.steps),
+                **({"prompt_tokens": latency.prompt_tokens} if latency.prompt_tokens is not None else {}),
                 "id": row_id,
                 "kind": "reported",
                 "provenance": "reported",
@@ -143,8 +172,9 @@ def reported_rows(entries: list[ReportedEntry], energies: dict[str, float | None
                 ),
                 "error_band": None,
                 "error_band_label": None,
+                "phases": {name: [latency.phases_ms[name], None] for name in STEPS if name in latency.phases_ms},
                 "source": "; ".join(sources),
-                "assumed": list(latency.assumed),
+                "assumed": list(latency.assumed) + ([] if latency.prompt_tokens is not None else ["prompt tokens"]),
                 "published_energy_kj": energy.energy_kj if energy else None,
             }
         )

@@ -15,40 +15,46 @@ from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.results.store import UnreadableFile, copy_regular
 
 from . import charts
+from .board import Progress, quiet
 from .model_facts import model_facts
-from .render import environment, script_json
+from .render import environment
 from .rows import PROVENANCE, Run, optimizations, provenance, slug
 
 DEVICE_ROOFLINES = 24
 """A device page draws at most this many rooflines (one per model); the others are on the run pages."""
 PAGE_KEYS = (
-    # what assets/leaderboard.js reads (gate, cost, ranking, matrix, filters, sorting) and the row's identity
-    *("id", "kind", "run_id", "model", "device", "device_kind", "backend", "precision", "optimizations"),
-    *("provenance", "group", "valid", "invalid_reason"),
+    # what assets/leaderboard.js reads (question, gate, cost, ranking, charts, search) and the row's identity
+    *("id", "kind", "run_id", "model", "cameras", "steps", "prompt_tokens", "device", "device_kind", "device_class"),
+    *("backend", "precision", "optimizations", "provenance", "group", "valid", "invalid_reason", "approximate"),
     *("latency_p50_ms", "latency_p99_ms", "memory_needed_gb", "device_memory_gb", "device_memory_nameplate_gb"),
-    *("chunk", "action_error", "p99_note", "error_band", "error_band_label", "stack", "date", "vlabench_version"),
+    *("chunk", "action_error", "action_error_note", "p99_note", "error_band", "calibration", "band_coverage"),
+    *("stack", "date", "source", "assumed", "phases", "page", "device_page", "energy_label"),
     *("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
-    *("deployment", "robots", "robots_per_device", "rows_per_inference"),
+    *("deployment", "robots", "robots_per_device", "rows_per_inference", "execution", "actions_per_chunk"),
+    *("serving_note", "offload_server", "measured_control_hz"),
 )
 
 
-PAGE_DEFAULTS: dict[str, Any] = {
-    "deployment": "on-robot",
-    "robots": 1,
-    "robots_per_device": 1.0,
-    "rows_per_inference": 1.0,
-}
-"""Values a page row leaves out because the script assumes them (``leaderboard.js``: ``PAGE_DEFAULTS``)."""
+def page_value(row: dict[str, Any], key: str) -> Any:
+    """A row's value as the page gets it. Three are lighter there than in the downloads: phases (drawn, never
+    ranked) to 4 significant digits; a p99 equal to the p50 (a projected or published row's one latency) left out
+    (the script restores it); the source only for published rows (their citation; a projection's is on the
+    downloads)."""
+    value = row.get(key)
+    if key == "phases" and value:
+        return {name: [None if x is None else float(f"{x:.4g}") for x in pair] for name, pair in value.items()}
+    if key == "latency_p99_ms" and value == row.get("latency_p50_ms"):
+        return None
+    if key == "source" and row.get("kind") != "reported":
+        return None
+    return value
 
 
-def page_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A leaderboard row as the index page's script needs it (``PAGE_KEYS``, absent values and the script's defaults
-    left out: the script recomputes the rest); the downloads hold every column."""
-    return {
-        key: row[key]
-        for key in PAGE_KEYS
-        if row.get(key) is not None and not (key in PAGE_DEFAULTS and row[key] == PAGE_DEFAULTS[key])
-    }
+def page_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The leaderboard rows as the index page's script needs them, column by column: ``columns`` (``PAGE_KEYS``)
+    and ``rows`` (one list of values per row, ``page_value``; None where a row has no value); the downloads hold
+    every column at full precision."""
+    return {"columns": list(PAGE_KEYS), "rows": [[page_value(row, key) for key in PAGE_KEYS] for row in rows]}
 
 
 class Writer:
@@ -77,30 +83,18 @@ def write_pages(
     skipped: list[str],
     settings: dict[str, Any],
     profiles: dict[str, Path],
+    progress: Progress = quiet,
 ) -> int:
     """Every HTML page of the site; ``settings``: priority, control_hz and the execution model the build used;
     ``profiles``: a profile artifact by run slug. Returns the number of pages."""
     writer = Writer(site)
     figures = charts.Charts(site)
-    points = charts.speedup_points(runs)
-    pairs = matrix_axes(rows)
-    writer.page(
-        "index.html",
-        "index.html.j2",
-        rows=rows,
-        data=script_json({**settings, "rows": [page_row(r) for r in rows]}),
-        settings=settings,
-        skipped=skipped,
-        filters=filter_options(rows),
-        provenance=PROVENANCE,
-        models=pairs[0],
-        devices=pairs[1],
-        speedup=figures.add("speedup", charts.speedup_figure(points)) if points else None,
-    )
+    writer.page("index.html", "index.html.j2", settings=settings, skipped=skipped, provenance=PROVENANCE)
     row_by_run = {row["id"]: row for row in rows if row["kind"] == "run"}
     drawn: dict[str, str] = {}  # run slug -> its roofline chart, shared by its run page and its device page
     execution = ExecutionModel(mode=settings["execution"], actions_per_chunk=settings["chunk"])
-    for run in runs:
+    for done, run in enumerate(runs):
+        progress("writing run pages", done, len(runs))
         trace, profile = publish_run(site, run, skipped), publish_profile(site, run, profiles.get(run.slug), skipped)
         figure = charts.roofline_chart(run.result.roofline) if run.result.roofline else None
         if figure is not None:
@@ -151,11 +145,6 @@ def write_pages(
     return writer.pages
 
 
-def matrix_axes(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """The matrix's models (rows) and devices (columns): every name a row has."""
-    return sorted({row["model"] for row in rows}), sorted({row["device"] for row in rows})
-
-
 def publish_run(site: Path, run: Run, skipped: list[str]) -> bool:
     """``runs/SLUG.json``: the run's result file as it is (copied through the guarded reader: a regular file, a link
     only when the file was named as an input); ``runs/SLUG.trace.json``: its Chrome trace when that is a regular file
@@ -202,13 +191,6 @@ def roofline_runs(device_runs: list[Run], on_board: set[str]) -> list[Run]:
 
 def e2e_p50(run: Run) -> float:
     return run.result.timing.phases["e2e"].p50
-
-
-def filter_options(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
-    def distinct(key: str) -> list[str]:
-        return sorted({str(row[key]) for row in rows if row[key] is not None})
-
-    return {key: distinct(key) for key in ("model", "device", "device_kind", "deployment", "backend")}
 
 
 def model_spec(name: str) -> ModelSpec | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -29,12 +28,6 @@ UNITS = (
     ("usd_", "$"),
     ("_usd", "$"),
 )
-
-
-def script_json(data: Any) -> str:
-    """JSON safe inside ``<script>``: no ``<``, ``>`` or ``&`` survives, so ``</script>`` and ``<!--`` cannot."""
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def number(value: Any, digits: int = 4) -> str:

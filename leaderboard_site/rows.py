@@ -12,8 +12,11 @@ from typing import Any
 import pandas as pd
 
 from vlabench.analysis.cet import CostAssumptions
+from vlabench.errors import InputError
+from vlabench.hardware.devices import load_device_profile
 from vlabench.results.aggregate import results_frame
 from vlabench.results.schema import RunResult
+from vlabench.vocab import Phase
 
 PROVENANCE = ("measured", "estimated", "projected", "reported")
 FRAME_KEYS = (
@@ -21,7 +24,7 @@ FRAME_KEYS = (
     *("latency_p99_ms", "memory_needed_gb", "device_memory_gb", "energy_label", "valid", "invalid_reason"),
     *("action_error", "approximate", "chunk", "device_memory_nameplate_gb", "joules_per_inference", "idle_w"),
     *("price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
-    *("batch", "serving", "robots_per_device", "rows_per_inference"),
+    *("batch", "serving", "robots_per_device", "rows_per_inference", "execution"),
 )
 """The columns of ``aggregate.results_frame`` a site row keeps (the CET figures are recomputed at ranking)."""
 
@@ -65,8 +68,10 @@ def provenance(result: RunResult) -> str:
 
 
 def row_key(result: RunResult) -> tuple:
-    """One leaderboard row per configuration (the workload knobs included); the latest run of each wins."""
-    w = result.workload
+    """One leaderboard row per configuration (the workload knobs, and for served and offload runs the robots, the
+    largest batch and the execution model they asked under); the latest run of each wins."""
+    w, served = result.workload, result.serving
+    serving = (served.robots, served.max_batch, served.execution, result.control.actions_per_chunk) if served else ()
     return (
         result.model.name,
         result.device.profile,
@@ -75,9 +80,11 @@ def row_key(result: RunResult) -> tuple:
         optimizations(result),
         w.cameras,
         w.steps,
+        w.language_tokens,
         w.actions_per_chunk,
         w.batch,
         deployment(result),
+        *serving,
     )
 
 
@@ -131,6 +138,36 @@ def software_stack(result: RunResult) -> str:
     return f"{runtime} {version}" if version else runtime
 
 
+def device_class(name: str) -> str | None:
+    """The profile's device class (``jetson``, ``datacenter-gpu``...), None for a device no profile describes."""
+    try:
+        return load_device_profile(name).device_class
+    except InputError:
+        return None
+
+
+def phase_figures(phases: dict[str, Any]) -> dict[str, list[float]]:
+    """p50 and p99 of vision, prefill and action (the site's phase bars), for the phases a result has."""
+    return {name: [phases[name].p50, phases[name].p99] for name in Phase.END_TO_END_PARTS if name in phases}
+
+
+def serving_note(result: RunResult) -> str | None:
+    """How a served or offload row was measured: its robots, batches, execution and control rate, and the server."""
+    served = result.serving
+    if served is None:
+        return None
+    where = f"over gRPC by {served.server}" if served.transport == "grpc" else "by one instance in the same process"
+    execution = (
+        "per step"
+        if served.execution == "per-step"
+        else f"{served.execution}, {result.control.actions_per_chunk} actions per chunk"
+    )
+    return (
+        f"{served.robots} robots served {where}, batches of up to {served.max_batch} (mean {served.mean_batch:.3g}); "
+        f"they asked at {result.control.control_hz:g} Hz, {execution}"
+    )
+
+
 def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
     """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them)."""
     if not runs:
@@ -145,11 +182,17 @@ def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
         cost = result.cost
         row.update(
             id=run.slug,
+            file=str(run.path),
             kind="run",
             run_id=result.run_id,
             device_kind=result.device.kind,
+            device_class=device_class(result.device.profile),
+            prompt_tokens=result.workload.language_tokens,
+            phases=phase_figures(result.timing.phases),
             deployment=deployment(result),
             robots=result.serving.robots if result.serving else result.workload.batch,
+            serving_note=serving_note(result),
+            measured_control_hz=result.control.control_hz if result.serving else None,
             offload_server=result.serving.server if result.serving and result.serving.transport == "grpc" else None,
             optimizations=optimizations(result),
             provenance=provenance(result),

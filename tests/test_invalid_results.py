@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from test_site import Tab, browser  # noqa: F401  (the browser fixture, shared with the site tests)
+from test_site import Tab, board_data, browser  # noqa: F401  (the browser fixture, shared with the site tests)
 from typer.testing import CliRunner
 
 import vlabench.measure.timing
@@ -190,11 +190,12 @@ def test_the_site_shows_the_invalid_run_unranked_with_its_reason(site, folders, 
     row = next(r for r in table if not r["valid"])
     assert row["rank"] is None and row["feasible"] is False and row["valid"] is False
     assert NAN_REASON in row["reasons"] and row["invalid_reason"] == NAN_REASON
-    assert "NaN ✗" in (site / "index.html").read_text()
+    shown = next(r for r in board_data(site)["rows"] if r["id"] == row["id"])  # what the page's script reads
+    assert shown["action_error_note"] == "NaN" and shown["action_error"] is None and not shown["valid"]
     legacy = build_site([folders["legacy"].parent], tmp_path / "legacy-site")
     assert legacy.skipped == [] and legacy.runs == 1
-    index = (tmp_path / "legacy-site" / "index.html").read_text()
-    assert NULL_REASON in index and "not recorded ✗" in index
+    shown = board_data(tmp_path / "legacy-site")["rows"][0]
+    assert shown["invalid_reason"] == NULL_REASON and shown["action_error_note"] == "not recorded"
 
 
 def test_the_invalid_run_in_the_browser(browser, site):  # noqa: F811
@@ -205,8 +206,8 @@ def test_the_invalid_run_in_the_browser(browser, site):  # noqa: F811
         row = next(r for r in index.data()["rows"] if r["kind"] == "run" and not r["valid"])
         shown = next(r for r in index.rows() if r["id"] == row["id"])
         assert shown["infeasible"] and shown["rank"] == "—" and NAN_REASON in shown["status"]
-        cells = index.page.locator(f"#leaderboard tr[data-id='{row['id']}'] td")
-        assert "NaN ✗" in cells.all_inner_texts()
+        stack = index.page.locator(f"#leaderboard tr[data-id='{row['id']}'] td.stack")
+        assert stack.inner_text().endswith("action error NaN ✗")
         index.page.select_option("#priority", "time")  # re-ranked by the page script: still unranked
         shown = next(r for r in index.rows() if r["id"] == row["id"])
         assert shown["rank"] == "—" and NAN_REASON in shown["status"]

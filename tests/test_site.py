@@ -1,8 +1,11 @@
 """The CET leaderboard site: built from real `vlabench run` results plus hand-written edge cases, checked in Python
 and in a real headless Chromium (Playwright)."""
 
+import base64
+import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -14,7 +17,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from vlabench.analysis.cet import ExecutionModel, rank
+from vlabench.analysis.cet import ExecutionModel
+from vlabench.analysis.question import rank_question
 from vlabench.cli.app import app
 from vlabench.errors import InputError
 from vlabench.leaderboard_site import build as site_build
@@ -212,17 +216,37 @@ def table(built) -> list[dict]:
     return json.loads((built[1] / "leaderboard.json").read_text())["rows"]
 
 
+MEASURED_MODEL = "smolvla-tiny"
+"""The question the fixture's measured runs answer (the XSS run is a model, so a question, of its own)."""
+
+
 def _python_order(
     results_dir: Path, priority: str, control_hz: float, execution: ExecutionModel | None = None, **options
 ) -> tuple[list[str], set[str]]:
-    """Run ids of the ranked rows in order, and the infeasible run ids, straight from vlabench.analysis.cet.rank
-    (per-step, as the site's default)."""
+    """Run ids of the ranked rows of the measured question in order, and its infeasible run ids, straight from
+    ``analysis.question.rank_question`` over ``results_frame`` (per step, as the site's default)."""
     loaded, _ = load_results([results_dir])
     frame = results_frame(loaded, control_hz)
-    ranked = rank(frame, priority, control_hz, execution=execution or ExecutionModel(), **options)
+    frame = frame[frame["model"] == MEASURED_MODEL].copy()
+    frame["prompt_tokens"] = [
+        result.workload.language_tokens for _, result in loaded if result.model.name == MEASURED_MODEL
+    ]
+    frame["deployment"] = frame["serving"].map({"grpc": "offload", "in-process": "served"}).fillna("on-robot")
+    frame["device_class"], frame["error_band"] = None, None
+    ranked = rank_question(frame, priority, control_hz, execution or ExecutionModel(), **options)
     run_id = {str(path): result.run_id for path, result in loaded}
     order = [run_id[f] for f, r in zip(ranked["file"], ranked["rank"], strict=True) if not pd.isna(r)]
     return order, {run_id[f] for f, ok in zip(ranked["file"], ranked["feasible"], strict=True) if not ok}
+
+
+def board_data(site: Path) -> dict:
+    """``data/board.js`` decoded as the page decodes it: base64, gzip, JSON; rows as dictionaries."""
+    packed = (site / "data" / "board.js").read_text().split('"')[1]
+    data = json.loads(gzip.decompress(base64.b64decode(packed)))
+    data["rows"] = [dict(zip(data["columns"], values, strict=True)) for values in data["rows"]]
+    for row in data["rows"]:  # left out when it equals the p50 (pages.page_value); the script restores it
+        row["latency_p99_ms"] = row["latency_p99_ms"] if row["latency_p99_ms"] is not None else row["latency_p50_ms"]
+    return data
 
 
 def _run_id(results_dir: Path, case: str) -> str:
@@ -262,11 +286,11 @@ def test_names_from_results_are_escaped_everywhere(built, table):
     for page in pages:
         text = page.read_text()
         assert XSS_MODEL not in text and XSS_DEVICE not in text, page
-    index = (site / "index.html").read_text()
-    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in index
-    blob = index.split('id="leaderboard-data">', 1)[1].split("</script>", 1)[0]
-    assert "<" not in blob and ">" not in blob
-    rows = json.loads(blob)["rows"]
+    model_page = (site / "models" / f"{slug(XSS_MODEL)}.html").read_text()
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in model_page
+    packed = (site / "data" / "board.js").read_text()
+    assert re.fullmatch(r'window\.VLABENCH_BOARD = "[A-Za-z0-9+/=]+";\n', packed)  # base64: nothing to inject
+    rows = board_data(site)["rows"]
     assert XSS_MODEL in {row["model"] for row in rows} and XSS_DEVICE in {row["device"] for row in rows}
     assert XSS_MODEL in {row["model"] for row in table}
 
@@ -277,8 +301,11 @@ def test_downloads_hold_the_ranked_table(built, table, results_dir):
     reported = [row for row in table if row["provenance"] == "reported"]
     assert len(runs) == 7 and len(reported) == len(reported_entries()) > 0
     order, infeasible = _python_order(results_dir, "cost", TARGET_HZ)
-    assert [row["run_id"] for row in runs if row["rank"] is not None] == order
-    assert {row["run_id"] for row in runs if not row["feasible"]} == infeasible
+    measured = [row for row in runs if row["model"] == MEASURED_MODEL]
+    assert [row["run_id"] for row in measured if row["rank"] is not None] == order
+    assert {row["run_id"] for row in measured if not row["feasible"]} == infeasible
+    xss = next(row for row in runs if row["model"] == XSS_MODEL)
+    assert xss["rank"] == 1 and xss["question"].startswith(XSS_MODEL)  # a question of its own, never ranked with others
     invalid = next(row for row in runs if row.get("run_id") == _run_id(results_dir, "invalid"))
     assert invalid["rank"] is None and invalid["feasible"] is False and invalid["valid"] is False
     assert "failed the correctness gate" in invalid["reasons"]
@@ -405,7 +432,8 @@ def browser():
 
 
 class Visit:
-    """A page opened from file:// with every console message, page error and request recorded."""
+    """A page opened from file:// with every console message, page error and request recorded; the index is read
+    once its script has ranked the rows (``body[data-ready]``)."""
 
     def __init__(self, browser, site: Path, relative: str):
         self.page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -414,8 +442,11 @@ class Visit:
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("request", lambda r: self.requests.append(r.url))
-        self.page.goto((site / relative).as_uri())
+        path, _, fragment = relative.partition("#")
+        self.page.goto((site / path).as_uri() + (f"#{fragment}" if fragment else ""))
         self.page.wait_for_load_state("load")
+        if path == "index.html":
+            self.page.wait_for_selector("body[data-ready]")
         self.site = site
 
     def check_clean(self) -> None:
@@ -429,16 +460,21 @@ class Visit:
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
     def rows(self) -> list[dict]:
+        """The rows the question's table shows (every one: its "show all" pressed when there are more)."""
+        if self.page.is_visible("#show-all") and self.page.text_content("#show-all").startswith("Show all"):
+            self.page.click("#show-all")
         return self.page.eval_on_selector_all(
             "#leaderboard tbody tr",
             """trs => trs.map(tr => ({
-                id: tr.dataset.id, hidden: tr.hidden, infeasible: tr.classList.contains('infeasible'),
+                id: tr.dataset.id, infeasible: tr.classList.contains('infeasible'),
                 rank: tr.querySelector('.rank').textContent.trim(), status: tr.querySelector('.status').textContent,
+                cost: tr.querySelector('.cost').textContent, hour: tr.querySelector('.hour').textContent,
+                where: tr.querySelector('.device').textContent, stack: tr.querySelector('.stack').textContent,
             }))""",
         )
 
     def data(self) -> dict:
-        return self.page.evaluate("JSON.parse(document.getElementById('leaderboard-data').textContent)")
+        return board_data(self.site)
 
 
 class Tab(Visit):
@@ -456,6 +492,8 @@ class Tab(Visit):
         self.requests.clear()
         self.page.goto((self.site / relative).as_uri())
         self.page.wait_for_load_state("load")
+        if relative == "index.html":
+            self.page.wait_for_selector("body[data-ready]")
         return self
 
 
@@ -467,25 +505,31 @@ def index(browser, built):
 
 
 def _ranked_run_ids(visit: Visit) -> list[str]:
-    """The measured rows the page ranks, in page order (published rows are ranked apart, after them)."""
+    """The measured rows the page ranks in the question it shows, in page order."""
     run_id = {row["id"]: row["run_id"] for row in visit.data()["rows"] if row["kind"] == "run"}
-    return [run_id[row["id"]] for row in visit.rows() if row["id"] in run_id and row["rank"].rstrip(" ◆") != "—"]
+    return [run_id[row["id"]] for row in visit.rows() if row["id"] in run_id and row["rank"].split()[0] != "—"]
 
 
 def test_index_loads_offline_without_errors(index):
     index.check_clean()
-    assert index.page.locator(".js-plotly-plot").count() >= 3  # plotly drew the charts from the local asset
+    assert index.page.input_value("#model") == MEASURED_MODEL  # the model with the most measured rows
+    index.page.evaluate("document.getElementById('charts').scrollIntoView()")
+    index.page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 3")
+    index.check_clean()  # plotly's basic bundle, from the site
     assert "of" in index.page.text_content("#shown")
     index.screenshot("index")
 
 
 def test_injected_script_renders_as_text(index):
+    index.page.select_option("#model", XSS_MODEL)
     assert index.page.evaluate("typeof window.__pwned") == "undefined"
-    assert index.page.locator("#leaderboard td", has_text=XSS_MODEL).count() == 1
     assert index.page.locator("#leaderboard td", has_text=XSS_DEVICE).count() == 1
+    assert XSS_MODEL in index.page.text_content("#answer")
+    assert index.page.locator("#model option", has_text=XSS_MODEL).count() == 1
+    index.page.select_option("#model", MEASURED_MODEL)
 
 
-def test_priority_selector_reranks_like_cet_rank(index, results_dir):
+def test_priority_selector_reranks_like_the_python_ranking(index, results_dir):
     for priority in ("time", "energy", "cost"):
         index.page.select_option("#priority", priority)
         expected, _ = _python_order(results_dir, priority, TARGET_HZ)
@@ -503,7 +547,7 @@ def test_priority_selector_reranks_like_cet_rank(index, results_dir):
 
 
 def test_control_rate_target_greys_infeasible_rows(index, results_dir):
-    data = {row["run_id"]: row for row in index.data()["rows"] if row["kind"] == "run"}
+    data = {row["run_id"]: row for row in index.data()["rows"] if row["model"] == MEASURED_MODEL}
     cheap = data[_run_id(results_dir, "cheap")]
     hz = {key: 1000.0 / row["latency_p99_ms"] for key, row in data.items()}  # per step: the p99 inference rate
     others = min(hz[key] for key, row in data.items() if key != cheap["run_id"] and row["valid"])
@@ -512,50 +556,45 @@ def test_control_rate_target_greys_infeasible_rows(index, results_dir):
     rows = {row["id"]: row for row in index.rows()}
     assert rows[cheap["id"]]["infeasible"] and "inferences/s at p99 <" in rows[cheap["id"]]["status"]
     _, infeasible = _python_order(results_dir, "cost", target)
-    measured = {row["id"] for row in data.values()}
-    assert {data[r]["id"] for r in infeasible} == {i for i, row in rows.items() if row["infeasible"] and i in measured}
+    assert {data[r]["id"] for r in infeasible} == {i for i, row in rows.items() if row["infeasible"]}
     assert _ranked_run_ids(index) == _python_order(results_dir, "cost", target)[0]
     index.page.fill("#control-hz", "1e9")
-    assert all(row["infeasible"] for row in index.rows() if row["id"] in {r["id"] for r in data.values()})
+    assert all(row["infeasible"] for row in index.rows())
+    assert index.page.text_content("#answer").startswith("No exact row of smolvla-tiny")
     index.page.fill("#control-hz", str(TARGET_HZ))
-    assert not rows[next(r["id"] for r in data.values() if r.get("run_id") == _run_id(results_dir, "dp-cache"))][
-        "infeasible"
-    ]
 
 
-def test_filters_hide_rows(index):
+def test_the_rows_kept_make_the_question(index):
+    index.page.select_option("#deployment", "offload")
+    shown = index.rows()
     data = {row["id"]: row for row in index.data()["rows"]}
-    for selector, key, value in (
-        ("#filter-backend", "backend", "onnxruntime"),
-        ("#filter-provenance", "provenance", "reported"),
-        ("#filter-model", "model", "pi0"),
-        ("#filter-device-kind", "device_kind", "cpu"),
-        ("#filter-deployment", "deployment", "offload"),
-    ):
-        index.page.select_option(selector, value)
-        visible = [row["id"] for row in index.rows() if not row["hidden"]]
-        assert visible and all(data[i][key] == value for i in visible), selector
-        assert len(visible) == sum(1 for row in data.values() if row.get(key) == value)
-        assert index.page.text_content("#shown").startswith(f"{len(visible)} of")
-        index.page.select_option(selector, "")
-    assert not any(row["hidden"] for row in index.rows())
+    assert len(shown) == 1 and data[shown[0]["id"]]["deployment"] == "offload" and shown[0]["rank"].startswith("1")
+    index.page.select_option("#deployment", "")
+    index.page.select_option("#model", "pi0")
+    published = index.rows()
+    assert published and all(data[row["id"]]["provenance"] == "reported" for row in published)
+    index.page.uncheck("#prov-reported")
+    assert index.rows() == [] and index.page.text_content("#answer").startswith("No row answers pi0")
+    index.page.check("#prov-reported")
+    index.page.select_option("#model", MEASURED_MODEL)
 
 
 def test_columns_sort_on_click(index):
     data = {row["id"]: row for row in index.data()["rows"]}
-    header = index.page.locator("#leaderboard th[data-key='latency_p50_ms']")
+    header = index.page.locator("#leaderboard button[data-key='latency_p50_ms']")
     header.click()
     ascending = [data[row["id"]]["latency_p50_ms"] for row in index.rows()]
     assert ascending == sorted(ascending)
     header.click()
     descending = [data[row["id"]]["latency_p50_ms"] for row in index.rows()]
     assert descending == sorted(descending, reverse=True)
-    index.page.locator("#leaderboard th[data-key='model']").click()
-    models = [data[row["id"]]["model"] for row in index.rows()]
-    assert models[0] != models[-1] and index.page.locator("th.sorted-asc").count() == 1
+    index.page.locator("#leaderboard button[data-key='device']").click()
+    devices = [data[row["id"]]["device"] for row in index.rows()]
+    assert devices == sorted(devices) and index.page.locator("th[aria-sort='ascending']").count() == 1
     index.page.select_option("#priority", "time")  # a new priority shows the ranking again
-    assert index.rows()[0]["rank"].rstrip(" ◆") == "1"
+    assert index.rows()[0]["rank"].split()[0] == "1"
     assert all(row["rank"] for row in index.rows())  # never an empty # cell: a rank, or "—" when unranked
+    index.page.select_option("#priority", "cost")
 
 
 def test_an_offload_row_ranks_beside_on_robot_rows_with_the_servers_hour_shared(index, built, table, results_dir):
@@ -577,9 +616,11 @@ def test_an_offload_row_ranks_beside_on_robot_rows_with_the_servers_hour_shared(
     # the same device and energy measurement: per robot, the offload row's hardware is a quarter of the hour
     assert offload["usd_per_million_actions"] < on_robot["usd_per_million_actions"]
     row = index.page.locator(f"#row-{offload['id']}")
-    assert "offload ×4" in row.inner_text()
+    assert "offload ×4 via 10.0.0.2:50051 (gpu-server)" in row.inner_text()
     # the page's own cost (leaderboard.js, at the page's default settings: those of the download) is Python's
     assert row.locator(".cost").inner_text() == f"{offload['usd_per_million_actions']:.4g}"
+    assert row.locator(".hour").inner_text() == f"${offload['usd_per_robot_hour']:.3g}"
+    assert "gated per step, as its robots asked" in row.locator(".status").inner_text()
     run_page = next(p for p in (built[1] / "runs").glob("*.html") if offload["run_id"] in p.read_text())
     visit = Visit(index.page.context.browser, built[1], f"runs/{run_page.name}")
     visit.check_clean()

@@ -1,7 +1,8 @@
-"""The leaderboard as a hardware chooser, in Chromium: the model x device matrix, the gate under every execution
-model against ``cet.rank``, an approximate row ranked apart, projected rows (hand-built ``ProjectedRow`` objects)
-ranked apart with their error band, the cost fallback, a phone-sized screen, stable row URLs; plus the bundled
-leaderboard that ``vlabench site build`` builds with no folder. Screenshots go to test-artifacts/screenshots/."""
+"""The leaderboard as a hardware chooser, in Chromium: the gate under every execution model against
+``question.rank_question``, an approximate row ranked apart, projected rows (hand-built ``ProjectedRow`` objects)
+ranked in their own question with their error band, a phone-sized screen, stable row URLs that open their question;
+plus the bundled leaderboard that ``vlabench site build`` builds with no folder. Screenshots go to
+test-artifacts/screenshots/."""
 
 import json
 from pathlib import Path
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from vlabench.analysis.cet import ExecutionModel
 from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.cli.app import app
-from vlabench.leaderboard_site import build as site_build
+from vlabench.leaderboard_site import board as site_board
 from vlabench.leaderboard_site.build import build_site
 
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
@@ -60,8 +61,9 @@ PROJECTED = [_projected("rtx-4090", 1599.0, 40.0), _projected("l4", None, 25.0),
 def site(results_dir, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("cet-site") / "site"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(site_build, "projections", lambda: PROJECTED)
-        patch.setattr(site_build, "reported_energies", lambda entries: {})
+        patch.setattr(site_board, "projections", lambda progress=None: PROJECTED)
+        patch.setattr(site_board, "reported_entries", lambda: [])
+        patch.setattr(site_board, "reported_energies", lambda entries: {})
         build_site([results_dir], out, control_hz=TARGET_HZ, projected=True)
     return out
 
@@ -87,15 +89,8 @@ def _set(index: Visit, mode: str = "per-step", n: int = 1, hz: float = TARGET_HZ
 
 
 def _page_rows(index: Visit) -> dict[str, dict]:
-    cells = index.page.eval_on_selector_all(
-        "#leaderboard tbody tr",
-        """trs => trs.map(tr => ({id: tr.dataset.id, rank: tr.querySelector('.rank').textContent.trim(),
-            group: tr.querySelector('.group').textContent, status: tr.querySelector('.status').textContent,
-            cost: tr.querySelector('.cost').textContent, delivered: tr.querySelector('.delivered').textContent,
-            infeasible: tr.classList.contains('infeasible'), hidden: tr.hidden}))""",
-    )
     data = {row["id"]: row for row in index.data()["rows"]}
-    return {cell["id"]: {**data[cell["id"]], **cell, "order": i} for i, cell in enumerate(cells)}
+    return {cell["id"]: {**data[cell["id"]], **cell, "order": i} for i, cell in enumerate(index.rows())}
 
 
 def _ranked(rows: dict[str, dict], kind: str = "run") -> list[str]:
@@ -103,32 +98,11 @@ def _ranked(rows: dict[str, dict], kind: str = "run") -> list[str]:
     return [r["run_id"] if kind == "run" else r["id"] for r in ordered]
 
 
-def test_the_index_loads_clean_with_its_matrix(index, site):
-    index.check_clean()
-    data = index.data()["rows"]
-    pairs = {(row["model"], row["device"]) for row in data}
-    cells = index.page.eval_on_selector_all(
-        "#matrix td[data-model]", "tds => tds.filter(td => !td.classList.contains('empty')).length"
-    )
-    assert cells == len(pairs)
-    cell = index.page.locator("#matrix td[data-model='pi0'][data-device='h100-sxm']")
-    text = cell.inner_text()
-    assert "feasible" in text and "ms" in text and "J/action" in text and "projected ±18%" in text
-    assert "elec. only" in index.page.locator("#matrix td[data-model='pi0'][data-device='l4']").inner_text()
-    _shot(index.page, "index-desktop", full_page=True)
-    _shot(index.page.locator(".matrix-box"), "matrix")
-    cell.click()
-    shown = [row for row in _page_rows(index).values() if not row["hidden"]]
-    assert shown and all((row["model"], row["device"]) == ("pi0", "h100-sxm") for row in shown)
-    index.page.select_option("#filter-model", "")
-    index.page.select_option("#filter-device", "")
-
-
 @pytest.mark.parametrize(
     ("mode", "n", "hz"),
     [("per-step", 1, TARGET_HZ), ("sync", 5, 4 * TARGET_HZ), ("async", 5, 40 * TARGET_HZ), ("sync", 2, 200.0)],
 )
-def test_the_gate_and_ranking_follow_cet_rank_under_every_execution_model(index, results_dir, mode, n, hz):  # noqa: F811
+def test_the_gate_and_ranking_follow_rank_question_under_every_execution_model(index, results_dir, mode, n, hz):  # noqa: F811
     execution = ExecutionModel(mode=mode, actions_per_chunk=n)
     for priority in ("cost", "time"):
         _set(index, mode, n, hz, priority)
@@ -139,8 +113,6 @@ def test_the_gate_and_ranking_follow_cet_rank_under_every_execution_model(index,
         assert {key for key, row in runs.items() if row["infeasible"]} == infeasible
         for key in infeasible:
             assert runs[key]["rank"] == "—" and runs[key]["status"].startswith("infeasible: ")
-    if mode != "per-step":
-        assert all(f"({mode}, {n} per chunk)" in row["delivered"] for row in rows.values())
     _set(index)
 
 
@@ -152,78 +124,71 @@ def test_an_infeasible_reason_is_the_python_gates_word_for_word(index, results_d
     run_id = {str(path): result.run_id for path, result in loaded}
     for mode, n, hz in (("per-step", 1, 500.0), ("sync", 3, 300.0), ("async", 2, 900.0)):
         _set(index, mode, n, hz)
-        frame = rank(results_frame(loaded, hz), "cost", hz, execution=ExecutionModel(mode=mode, actions_per_chunk=n))
-        reasons = {run_id[f]: r for f, r in zip(frame["file"], frame["reasons"], strict=True) if r}
+        frame = results_frame(loaded, hz)
+        frame = rank(
+            frame[frame["serving"].isna()], "cost", hz, execution=ExecutionModel(mode=mode, actions_per_chunk=n)
+        )
+        reasons = {run_id[f]: r for f, r, m in zip(frame["file"], frame["reasons"], frame["model"], strict=True) if r}
         assert reasons, (mode, hz)
         shown = {row["run_id"]: row["status"] for row in _page_rows(index).values() if row["kind"] == "run"}
         for key, reason in reasons.items():
-            assert shown[key] == f"infeasible: {reason}", (mode, shown[key], reason)
+            if key in shown:
+                assert shown[key] == f"infeasible: {reason}", (mode, shown[key], reason)
     _set(index)
 
 
 def test_an_approximate_row_ranks_apart_unless_asked(index, results_dir):  # noqa: F811
     rows = _page_rows(index)
     dp = next(row for row in rows.values() if row.get("run_id") == _run_id(results_dir, "dp-cache"))
-    assert dp["group"] == "measured · approximate" and dp["rank"].startswith("1")
-    exact = [row for row in rows.values() if row["kind"] == "run" and row["group"] == "measured · exact"]
+    assert dp["rank"].startswith("1 ≈") and "≈ approximate, action error 0.05" in dp["stack"]
+    exact = [row for row in rows.values() if row["kind"] == "run" and not row["approximate"]]
     assert exact and all(row["order"] < dp["order"] for row in exact if row["rank"] != "—")
     index.page.check("#approximate-together")
     together, _ = _python_order(results_dir, "cost", TARGET_HZ, approximate_separately=False)
     merged = _page_rows(index)
-    assert _ranked(merged) == together and merged[dp["id"]]["group"] == "measured"
+    assert _ranked(merged) == together and "≈" not in merged[dp["id"]]["rank"]
     index.page.uncheck("#approximate-together")
 
 
-def test_projected_rows_rank_apart_with_their_band_and_cost_fallback(index):
+def test_projected_rows_rank_in_their_own_question_with_their_band(index):
+    index.page.select_option("#model", "pi0")
     rows = _page_rows(index)
-    projected = {row["device"]: row for row in rows.values() if row["kind"] == "projected"}
-    assert set(projected) == {"rtx-4090", "l4", "h100-sxm"}
-    assert all(row["group"] == "projected · exact" for row in projected.values())
-    # one of three has no purchase price: the group falls back to electricity only, ranked and marked, never empty
-    assert all(row["rank"] != "—" and row["cost"].endswith("elec. only") for row in projected.values())
-    measured = [row for row in rows.values() if row["kind"] == "run" and row["rank"] != "—"]
-    assert measured and not any("elec." in row["cost"] for row in measured)  # every measured device has a price
-    badge = index.page.locator(f"#row-{projected['h100-sxm']['id']} .band").inner_text()
-    assert badge == "±18%"
-    measured_ranks = sorted(
-        int(r["rank"].rstrip(" ◆")) for r in rows.values() if r["group"] == "measured · exact" and r["rank"] != "—"
-    )
-    assert measured_ranks[0] == 1  # the measured ranking starts at 1 whatever the projections say
-    index.page.check("#projected-together")
-    merged = _page_rows(index)
-    exact = sorted((r for r in merged.values() if r["group"] == "exact" and r["rank"] != "—"), key=lambda r: r["order"])
-    ranks = [int(r["rank"].rstrip(" ◆").rstrip("=")) for r in exact]
-    # competition ranks: each row is ranked by its place, unless its band overlaps the row above it ("=")
-    for place, (row, rank) in enumerate(zip(exact, ranks, strict=True), start=1):
-        tied = "=" in row["rank"] and place > 1 and rank == ranks[place - 2]
-        assert rank == place or tied, (place, row["rank"])
-    assert ranks[0] == 1 and {r["kind"] for r in exact} >= {"run", "projected"}
-    index.page.uncheck("#projected-together")
+    assert {row["device"] for row in rows.values()} == {"rtx-4090", "l4", "h100-sxm"}
+    assert all(row["provenance"] == "projected" for row in rows.values())
+    badge = index.page.locator(f"#row-{next(r['id'] for r in rows.values() if r['device'] == 'h100-sxm')} .badge")
+    assert badge.inner_text() == "projected ±18%"
+    # one of three has no purchase price: the question falls back to electricity only, ranked and marked, never empty
+    assert all(row["rank"] != "—" and row["cost"].endswith("elec. only") for row in rows.values())
+    assert all(row["hour"].endswith("elec. only") for row in rows.values())
+    l4 = next(row for row in rows.values() if row["device"] == "l4")
+    assert "no purchase price: electricity only" in l4["status"]
     index.page.select_option("#priority", "time")
-    assert all(row["rank"] != "—" for row in _page_rows(index).values() if not row["infeasible"])
+    timed = _page_rows(index)
+    assert [timed[key]["device"] for key in _ranked(timed, "projected")] == ["h100-sxm", "l4", "rtx-4090"]
     index.page.select_option("#priority", "cost")
+    index.page.select_option("#model", "smolvla-tiny")
 
 
-def test_a_row_has_a_stable_url(index, site):
-    rows = _page_rows(index)
-    dp = next(row for row in rows.values() if row["kind"] == "run" and row["group"] == "measured · approximate")
-    index.page.goto((site / "index.html").as_uri() + f"#row-{dp['id']}")
-    assert index.page.evaluate("document.querySelector(':target').dataset.id") == dp["id"]
+def test_a_row_link_opens_its_question(index, site):
     table = json.loads((site / "leaderboard.json").read_text())["rows"]
-    assert dp["id"] in {row["id"] for row in table}
+    projected = next(row for row in table if row["device"] == "l4")
+    index.page.goto((site / "index.html").as_uri() + f"#row={projected['id']}")
+    index.page.wait_for_selector(f"#row-{projected['id']}.target")
+    assert index.page.input_value("#model") == "pi0"
+    assert index.page.locator("#leaderboard tr.target").count() == 1
+    index.page.goto((site / "index.html").as_uri())
+    index.page.wait_for_selector("body[data-ready]")
 
 
 def test_a_phone_scrolls_the_table_inside_its_box(browser, site):  # noqa: F811
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.goto((site / "index.html").as_uri())
-    phone.wait_for_load_state("load")
+    phone.wait_for_selector("body[data-ready]")
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390  # the page itself never scrolls sideways
     box = phone.evaluate(
         "(() => { const b = document.querySelector('.table-box'); return [b.scrollWidth, b.clientWidth] })()"
     )
     assert box[0] > box[1]  # the table scrolls inside its box
-    assert phone.locator("#matrix td[data-model]").first.bounding_box()["width"] >= 60  # readable cells
-    phone.evaluate("document.getElementById('matrix-title').scrollIntoView()")
     _shot(phone, "index-390px", full_page=False)
     phone.close()
 
@@ -231,43 +196,40 @@ def test_a_phone_scrolls_the_table_inside_its_box(browser, site):  # noqa: F811
 def test_the_bundled_leaderboard_builds_from_one_command(tmp_path):
     result = runner.invoke(app, ["site", "build", "-o", str(tmp_path / "site"), "--no-projected"])
     assert result.exit_code == 0, result.output
+    assert "site build: reading results" in result.output and "site build: ranking" in result.output  # progress
     table = json.loads((tmp_path / "site" / "leaderboard.json").read_text())["rows"]
     measured = [row for row in table if row["run_id"]]
     assert {(row["model"], row["device"]) for row in measured} >= {("smolvla", "generic-x86-cpu")}
+    assert {row["deployment"] for row in measured} == {"on-robot", "served", "offload"}  # every deployment
     assert any(row["provenance"] == "reported" for row in table)
-    page = (tmp_path / "site" / "runs" / f"{measured[0]['id']}.html").read_text()
-    assert f'href="{measured[0]["id"]}.profile.json"' in page  # the shipped profile of the same configuration
-    assert (tmp_path / "site" / "runs" / f"{measured[0]['id']}.profile.json").is_file()
+    smolvla = next(row for row in measured if row["model"] == "smolvla")
+    page = (tmp_path / "site" / "runs" / f"{smolvla['id']}.html").read_text()
+    assert f'href="{smolvla["id"]}.profile.json"' in page  # the shipped profile of the same configuration
+    assert (tmp_path / "site" / "runs" / f"{smolvla['id']}.profile.json").is_file()
 
 
 @pytest.fixture(scope="module")
 def overlapping(browser, results_dir, tmp_path_factory):  # noqa: F811
     """The three projections plus an A100 at 44 ms, within the ±18% band of the RTX 4090's 40 ms; no published
-    rows, so the matrix's neighbours are the projections."""
+    rows."""
     out = tmp_path_factory.mktemp("band-site") / "site"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(site_build, "projections", lambda: [*PROJECTED, _projected("a100-80gb", 17000.0, 44.0)])
-        patch.setattr(site_build, "reported_entries", lambda: [])
-        patch.setattr(site_build, "reported_energies", lambda entries: {})
+        patch.setattr(
+            site_board, "projections", lambda progress=None: [*PROJECTED, _projected("a100-80gb", 17000.0, 44.0)]
+        )
+        patch.setattr(site_board, "reported_entries", lambda: [])
+        patch.setattr(site_board, "reported_energies", lambda entries: {})
         build_site([results_dir], out, control_hz=TARGET_HZ, projected=True)
-    visit = Visit(browser, out, "index.html")
+    visit = Visit(browser, out, "index.html#model=pi0&by=time")
     yield visit
     visit.page.close()
 
 
 def test_projections_whose_bands_overlap_are_not_ranked_apart(overlapping):
-    _set(overlapping, priority="time")
-    rows = _page_rows(overlapping)
-    projected = {row["device"]: row for row in rows.values() if row["kind"] == "projected"}
+    rows = {row["device"]: row for row in _page_rows(overlapping).values()}
     # 9 ms and 25 ms are apart at ±18%; 40 and 44 ms overlap, so they share a rank, marked and explained
-    assert projected["h100-sxm"]["rank"].startswith("1") and projected["l4"]["rank"].startswith("2")
-    assert projected["rtx-4090"]["rank"].startswith("3=") and projected["a100-80gb"]["rank"].startswith("3=")
-    assert "within the ±18% band of rtx-4090 (pytorch-eager): not ranked apart" in projected["a100-80gb"]["status"]
-    assert "band of" not in projected["l4"]["status"] and "=" not in projected["l4"]["rank"]
-    cell = overlapping.page.locator("#matrix td[data-model='pi0'][data-device='a100-80gb']").inner_text()
-    assert "≈ rtx-4090: bands overlap" in cell and "44 ms (36.1–51.9)" in cell
-    assert (
-        "bands overlap" not in overlapping.page.locator("#matrix td[data-model='pi0'][data-device='l4']").inner_text()
-    )
-    _shot(overlapping.page.locator(".matrix-box"), "matrix-band-overlap")
-    _set(overlapping, priority="cost")
+    assert rows["h100-sxm"]["rank"].startswith("1") and rows["l4"]["rank"].startswith("2")
+    assert rows["rtx-4090"]["rank"].startswith("3=") and rows["a100-80gb"]["rank"].startswith("3=")
+    assert "within the ±18% band of rtx-4090 (pytorch-eager): not ranked apart" in rows["a100-80gb"]["status"]
+    assert "band of" not in rows["l4"]["status"] and "=" not in rows["l4"]["rank"]
+    _shot(overlapping.page.locator("#ranking"), "band-overlap")

@@ -104,18 +104,23 @@ def tab(browser, site):  # noqa: F811
     page.close()
 
 
-def test_the_index_lists_every_model(tab):
+def test_the_index_answers_every_model(tab):
+    """Each family's run is its own question: the model is offered, its run ranks first in its question, links to its
+    run page, and nothing reads None, undefined or NaN."""
     visit = tab.open("index.html")
+    visit.page.wait_for_selector("body[data-ready]")
     visit.check_clean()
     rows = [row for row in visit.data()["rows"] if row["kind"] == "run"]
     assert sorted(row["model"] for row in rows) == sorted(FAMILIES)
     for row in rows:
-        link = visit.page.locator(f"#leaderboard tr[data-id='{row['id']}'] a[href='models/{slug(row['model'])}.html']")
-        assert link.inner_text() == row["model"]
-        assert row["valid"] and "action_error" not in row and "invalid_reason" not in row  # fp32 reference
-    shown = {row["id"]: row for row in visit.rows()}
-    assert all(not shown[row["id"]]["hidden"] and shown[row["id"]]["status"] for row in rows)
-    assert not MISSING_VALUE.search(visit.page.inner_text("#leaderboard"))
+        assert row["valid"] and row["action_error"] is None and row["invalid_reason"] is None  # fp32 reference
+        visit.page.select_option("#model", row["model"])
+        shown = visit.rows()
+        assert [cell["id"] for cell in shown] == [row["id"]] and shown[0]["rank"].startswith("1")
+        link = visit.page.locator(f"#leaderboard tr[data-id='{row['id']}'] a[href='{row['page']}']")
+        assert link.count() == 1 and row["page"] == f"runs/{row['id']}.html"
+        text = visit.page.inner_text("#leaderboard") + visit.page.text_content("#answer")
+        assert not MISSING_VALUE.search(text), (row["model"], MISSING_VALUE.search(text))
 
 
 @pytest.mark.parametrize("model", list(FAMILIES))

@@ -1,23 +1,26 @@
-// Leaderboard controls: CET priority, control-rate target, execution model, ranking groups, filters, sorting, the
-// model x device matrix and the Pareto charts, all over the embedded rows. The gate, the cost and the ranking below
-// mirror vlabench/analysis/cet.py exactly (gate, cost_report, feasibility, pareto_axes / pareto_front, rank): change
-// both together. Data is only ever written with textContent, never as HTML.
+// The question-first leaderboard: the reader picks a model, a workload, a control rate, an execution model and a
+// priority (and the rows kept); the page ranks the devices for that one question, says the answer in one sentence,
+// and draws its charts. The gate, the cost and the ranking mirror vlabench/analysis/cet.py (gate, cost_report,
+// feasibility, pareto_front, rank) and vlabench/analysis/question.py (rank_question, band_ties) step by step: change
+// both together. Every control is in the address (#model=…&hz=…); #row=ID opens a row's question. Data is only ever
+// written with textContent, never as HTML.
 (function () {
   "use strict";
-  const data = JSON.parse(document.getElementById("leaderboard-data").textContent);
-  const rows = data.rows;
-  const tbody = document.getElementById("leaderboard").tBodies[0];
-  const trById = new Map(Array.from(tbody.rows, (tr) => [tr.dataset.id, tr]));
-  const headers = Array.from(document.querySelectorAll("#leaderboard thead th"));
-  const PRIORITY_COLUMNS = { cost: "usd_per_million_actions", energy: "joules_per_action", time: "latency_p50_ms" };
   const $ = (id) => document.getElementById(id);
-  const filters = Array.from(document.querySelectorAll(".controls select[data-key]"));
+  const PRIORITY_COLUMNS = { cost: "usd_per_million_actions", energy: "joules_per_action", time: "latency_p50_ms" };
+  const ELECTRICITY_ONLY = "usd_per_million_actions_electricity_only";
+  const OWN_EXECUTION = ["served", "offload"];
+  const PROVENANCE_CLASSES = { measured: ["measured", "estimated"], projected: ["projected"], reported: ["reported"] };
+  const FIRST_ROWS = 20;
+  const PRIORITY_WORDS = { cost: "Cheapest per robot-hour", energy: "Least energy per action", time: "Fastest" };
+  let board = null;
   let sortKey = null;
   let sortDir = 1;
+  let showAll = false;
+  let current = null; // the last evaluated question: {s, ranked, other}
+  let plotly = "absent"; // absent | loading | ready
 
   const present = (x) => x !== null && x !== undefined && !Number.isNaN(x);
-  // A row's figure for a priority: cost is the group's basis (full, else electricity only), as cet.rank ranks it.
-  const figure = (row, key) => (key === "usd_per_million_actions" ? row.now.cost : row.now[key]);
   // Python's format(x, f".{digits}g"): fixed or exponent notation, trailing zeros dropped.
   function pyG(x, digits) {
     if (!Number.isFinite(x)) return Number.isNaN(x) ? "nan" : x > 0 ? "inf" : "-inf";
@@ -29,209 +32,365 @@
     return strip(x.toFixed(Math.max(0, digits - 1 - e)));
   }
   const num = (x, digits) => (present(x) ? pyG(x, digits) : "—");
+  const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+  const workloadKey = (r) => `${r.cameras}-${r.steps}-${r.prompt_tokens}`;
+  const workloadText = (key) => {
+    const [c, s, p] = key.split("-").map(Number);
+    return `${plural(c, "camera")} · ${plural(s, "step")} · ${plural(p, "prompt token")}`;
+  };
+
+  async function decode() {
+    const binary = atob(window.VLABENCH_BOARD);
+    const bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    const data = JSON.parse(await new Response(stream).text());
+    data.rows = data.rows.map((values) => Object.fromEntries(data.columns.map((c, i) => [c, values[i]])));
+    for (const r of data.rows) if (r.latency_p99_ms === null) r.latency_p99_ms = r.latency_p50_ms; // pages.page_value
+    return data;
+  }
+
+  // ---- the question ------------------------------------------------------------------------------------------
+
+  function numberOr(id, fallback) {
+    const value = Number($(id).value);
+    return $(id).value !== "" && Number.isFinite(value) ? value : fallback;
+  }
 
   function settings() {
     const n = Number($("chunk-n").value);
+    const provenance = Object.keys(PROVENANCE_CLASSES).filter((name) => $(`prov-${name}`).checked);
     return {
+      model: $("model").value,
+      workload: $("workload").value,
       priority: $("priority").value,
       controlHz: Number($("control-hz").value),
       mode: $("execution").value,
       n: Number.isInteger(n) && n >= 1 ? n : 1,
+      deviceClass: $("device-class").value,
+      deployment: $("deployment").value,
+      provenance,
       approximateTogether: $("approximate-together").checked,
-      projectedTogether: $("projected-together").checked,
+      otherWorkloads: $("other-workloads").checked,
+      duty: numberOr("duty", null) === null ? null : numberOr("duty", null) / 100,
+      kwh: numberOr("kwh", null),
+      life: numberOr("life", null),
     };
   }
 
-  // cet.ExecutionModel.actions_per_inference and cet._delivered_hz
-  const actionsPerInference = (s) => (s.mode === "per-step" ? 1 : s.n);
-  function deliveredHz(latencyMs, s) {
+  const keeps = (r, s) =>
+    (s.deviceClass === "" || r.device_class === s.deviceClass) &&
+    (s.deployment === "" || (r.deployment || "on-robot") === s.deployment) &&
+    s.provenance.some((name) => PROVENANCE_CLASSES[name].includes(r.provenance));
+
+  // question.rank_question: on-robot rows under the question's execution, served and offload rows under their own.
+  function rowExecution(r, s) {
+    if (OWN_EXECUTION.includes(r.deployment)) {
+      const mode = r.execution || "per-step";
+      return { mode, n: mode === "per-step" ? 1 : r.actions_per_chunk };
+    }
+    return { mode: s.mode, n: s.mode === "per-step" ? 1 : s.n };
+  }
+  const actionsPerInference = (ex) => (ex.mode === "per-step" ? 1 : ex.n);
+
+  // execution.delivered_hz
+  function deliveredHz(latencyMs, hz, ex) {
     const seconds = latencyMs / 1000.0;
-    if (s.mode === "per-step") return Math.min(s.controlHz, 1.0 / seconds);
-    if (s.mode === "sync") return s.n / (s.n / s.controlHz + seconds);
-    return Math.min(s.controlHz, s.n / seconds);
+    if (ex.mode === "per-step") return Math.min(hz, 1.0 / seconds);
+    if (ex.mode === "sync") return ex.n / (ex.n / hz + seconds);
+    return Math.min(hz, ex.n / seconds);
   }
 
-  // cet.gate: per-step needs the p99 inference rate, sync at most one control period of waiting per chunk, async
-  // the next chunk ready before the current one runs out.
-  function gate(row, s) {
-    const p99 = row.latency_p99_ms;
-    const periodMs = 1000.0 / s.controlHz;
-    const budgetMs = periodMs * (s.mode === "async" ? s.n : 1);
+  // execution.gate
+  function gate(r, hz, ex) {
+    const p99 = r.latency_p99_ms;
+    const periodMs = 1000.0 / hz;
+    const budgetMs = periodMs * (ex.mode === "async" ? ex.n : 1);
     const meets = p99 <= budgetMs;
     const reasons = {
-      "per-step": () => `${pyG(1000.0 / p99, 3)} inferences/s at p99 < ${pyG(s.controlHz, 6)} Hz`,
+      "per-step": () => `${pyG(1000.0 / p99, 3)} inferences/s at p99 < ${pyG(hz, 6)} Hz`,
       sync: () =>
         `p99 latency ${pyG(p99, 4)} ms pauses the robot longer than one control period (${pyG(periodMs, 4)} ms) per chunk`,
-      async: () => `p99 latency ${pyG(p99, 4)} ms > the chunk's ${s.n} actions at ${pyG(s.controlHz, 6)} Hz (${pyG(budgetMs, 4)} ms)`,
+      async: () => `p99 latency ${pyG(p99, 4)} ms > the chunk's ${ex.n} actions at ${pyG(hz, 6)} Hz (${pyG(budgetMs, 4)} ms)`,
     };
     return {
       meets,
-      reason: meets ? null : reasons[s.mode](),
-      inference_hz_p50: 1000.0 / row.latency_p50_ms,
-      inference_hz_p99: 1000.0 / p99,
+      reason: meets ? null : reasons[ex.mode](),
+      inference_hz_p50: 1000.0 / r.latency_p50_ms,
       reaction_ms: p99,
-      delivered_action_hz: deliveredHz(row.latency_p50_ms, s),
+      delivered_action_hz: deliveredHz(r.latency_p50_ms, hz, ex),
     };
   }
 
-  // pages.PAGE_DEFAULTS: what a page row leaves out because it is the usual value.
-  const PAGE_DEFAULTS = { deployment: "on-robot", robots: 1, robots_per_device: 1.0, rows_per_inference: 1.0 };
-  // cet.shared: how many robots share the device, and how many of them one inference serves (1 when not recorded).
-  const shared = (row, key) => (present(row[key]) && row[key] > 0 ? row[key] : PAGE_DEFAULTS[key]);
+  // cet.shared
+  const shared = (r, key) => (present(r[key]) && r[key] > 0 ? r[key] : 1.0);
 
-  // cet.cost_report: per robot-hour at the delivered action rate, idle power between inferences, amortized price;
-  // a device serving several robots runs one inference per batch of their requests and shares its idle hour and
-  // price among them.
-  function costPerMillion(row, s, price) {
-    const robots = shared(row, "robots_per_device");
-    const actionsPerHour = deliveredHz(row.latency_p50_ms, s) * 3600.0;
-    const inferencesPerHour = actionsPerHour / actionsPerInference(s) / shared(row, "rows_per_inference");
-    const busy = Math.min(3600.0, (inferencesPerHour * row.latency_p50_ms) / 1000.0);
+  // cet.cost_report: [$ per robot-hour, $ per 1M actions] at the delivered action rate.
+  function costReport(r, s, ex, price) {
+    const lifetime = s.life === null ? r.lifetime_years : s.life;
+    const duty = s.duty === null ? r.duty_cycle : s.duty;
+    const kwhPrice = s.kwh === null ? r.electricity_usd_per_kwh : s.kwh;
+    const robots = shared(r, "robots_per_device");
+    const actionsPerHour = deliveredHz(r.latency_p50_ms, s.controlHz, ex) * 3600.0;
+    const inferencesPerHour = actionsPerHour / actionsPerInference(ex) / shared(r, "rows_per_inference");
+    const busy = Math.min(3600.0, (inferencesPerHour * r.latency_p50_ms) / 1000.0);
     const idle = Math.max(0.0, 3600.0 / robots - busy);
-    const joules = inferencesPerHour * row.joules_per_inference + idle * row.idle_w;
-    const electricity = (joules / 3.6e6) * row.electricity_usd_per_kwh;
-    const hardware = price === null ? null : price / (row.lifetime_years * 8760.0 * row.duty_cycle) / robots;
+    const joules = inferencesPerHour * r.joules_per_inference + idle * r.idle_w;
+    const electricity = (joules / 3.6e6) * kwhPrice;
+    const hardware = price === null ? null : price / (lifetime * 8760.0 * duty) / robots;
     const total = hardware === null ? electricity : hardware + electricity;
-    return (total / actionsPerHour) * 1e6;
+    return [total, (total / actionsPerHour) * 1e6];
   }
 
-  // cet.action_costs (through cet._regate): J per executed action, full cost (with a price) and electricity only.
-  function actionCosts(row, s) {
-    if (!present(row.joules_per_inference)) {
-      return { joules_per_action: null, usd_per_million_actions: null, usd_per_million_actions_electricity_only: null };
+  // cet.action_costs
+  function actionCosts(r, s, ex) {
+    const none = { joules_per_action: null, usd_per_million_actions: null, [ELECTRICITY_ONLY]: null };
+    if (!present(r.joules_per_inference)) {
+      return { ...none, usd_per_robot_hour: null, usd_per_robot_hour_electricity_only: null };
     }
-    const price = present(row.price_usd) ? row.price_usd : null;
     const finite = (x) => (Number.isFinite(x) ? x : null); // NaN (no idle power) is no figure, as in pandas
+    const price = present(r.price_usd) ? r.price_usd : null;
+    const full = price === null ? [null, null] : costReport(r, s, ex, price);
+    const electricity = costReport(r, s, ex, null);
     return {
-      joules_per_action: row.joules_per_inference / actionsPerInference(s) / shared(row, "rows_per_inference"),
-      usd_per_million_actions: price === null ? null : finite(costPerMillion(row, s, price)),
-      usd_per_million_actions_electricity_only: finite(costPerMillion(row, s, null)),
+      joules_per_action: r.joules_per_inference / actionsPerInference(ex) / shared(r, "rows_per_inference"),
+      usd_per_million_actions: finite(full[1]),
+      [ELECTRICITY_ONLY]: finite(electricity[1]),
+      usd_per_robot_hour: finite(full[0]),
+      usd_per_robot_hour_electricity_only: finite(electricity[0]),
     };
   }
 
-  // cet.feasibility: fits the device's usable memory, executes no more actions than the model predicts, the
-  // execution model's gate holds, passed the correctness gate.
-  function feasibility(row, s, verdict) {
+  // cet.feasibility
+  function feasibility(r, ex, verdict) {
     const reasons = [];
-    if (present(row.device_memory_gb) && row.memory_needed_gb > row.device_memory_gb) {
-      const plate = row.device_memory_nameplate_gb;
-      const shown = present(plate) && plate !== row.device_memory_gb ? ` (${pyG(plate, 6)} GB nameplate)` : "";
-      reasons.push(`needs ${row.memory_needed_gb.toFixed(1)} GB > ${pyG(row.device_memory_gb, 6)} GB usable memory${shown}`);
+    if (present(r.device_memory_gb) && r.memory_needed_gb > r.device_memory_gb) {
+      const plate = r.device_memory_nameplate_gb;
+      const shown = present(plate) && plate !== r.device_memory_gb ? ` (${pyG(plate, 6)} GB nameplate)` : "";
+      reasons.push(`needs ${r.memory_needed_gb.toFixed(1)} GB > ${pyG(r.device_memory_gb, 6)} GB usable memory${shown}`);
     }
-    if (s.mode !== "per-step" && present(row.chunk) && s.n > row.chunk) {
-      reasons.push(`executes ${s.n} actions per chunk, the model predicts ${Math.trunc(row.chunk)}`);
+    if (ex.mode !== "per-step" && present(r.chunk) && ex.n > r.chunk) {
+      reasons.push(`executes ${ex.n} actions per chunk, the model predicts ${Math.trunc(r.chunk)}`);
     }
     if (!verdict.meets) reasons.push(verdict.reason);
-    if (!row.valid) reasons.push(row.invalid_reason || "failed the correctness gate");
+    if (!r.valid) reasons.push(r.invalid_reason || "failed the correctness gate");
     return reasons;
   }
 
-  // A projection is a value ± its stack's leave-one-out error band (a measured or published row: the value alone).
-  // Two rows whose intervals overlap on the priority figure are not ranked apart; at least one must have a band.
-  function bandsOverlap(a, b, key) {
+  // question.figure: cost on the basis the row's group is ranked on.
+  const figureOf = (r, priority) =>
+    priority === "cost" && r.now.cost_basis === "electricity-only" ? r.now[ELECTRICITY_ONLY] : r.now[PRIORITY_COLUMNS[priority]];
+
+  // question.bands_overlap
+  function bandsOverlap(a, b, priority) {
     if (!present(a.error_band) && !present(b.error_band)) return false;
-    const interval = (row) => {
-      const value = figure(row, key);
-      const band = present(row.error_band) ? row.error_band : 0;
-      return [value * Math.max(0, 1 - band), value * (1 + band)];
+    const interval = (r) => {
+      const value = figureOf(r, priority);
+      const band = present(r.error_band) ? r.error_band : 0.0;
+      return [value * Math.max(0.0, 1 - band), value * (1 + band)];
     };
     const [lowA, highA] = interval(a);
     const [lowB, highB] = interval(b);
     return lowA <= highB && lowB <= highA;
   }
 
-  // cet.pareto_front: not beaten by another row on every axis and strictly on one (lower is better).
-  function markPareto(candidates, axes) {
-    for (const row of candidates) {
-      row.now.pareto = !candidates.some(
-        (other) =>
-          other !== row && axes.every((a) => other.now[a] <= row.now[a]) && axes.some((a) => other.now[a] < row.now[a])
-      );
-    }
+  // cet.pareto_front
+  function paretoFlags(members, axes, get) {
+    return members.map(
+      (r) =>
+        !members.some(
+          (o) => o !== r && axes.every((a) => get(o, a) <= get(r, a)) && axes.some((a) => get(o, a) < get(r, a))
+        )
+    );
   }
 
-  const CLASS_ORDER = ["measured", "projected", "reported"];
-  // Measured and estimated-energy runs are one class; projections and published figures are ranked apart from them
-  // unless the reader asks for them side by side; approximate rows apart from exact ones unless asked.
-  const classOf = (row, s) => (s.projectedTogether ? "" : row.kind === "run" ? "measured" : row.kind);
-  const exactnessOf = (row, s) => (s.approximateTogether ? "" : row.group);
-  const groupLabel = (row, s) => [classOf(row, s), exactnessOf(row, s)].filter(Boolean).join(" · ") || "all";
-  const classIndex = (row, s) => (s.projectedTogether ? 0 : CLASS_ORDER.indexOf(classOf(row, s)));
-  const approximateIndex = (row, s) => (s.approximateTogether || row.group === "exact" ? 0 : 1);
-
-  // cet._rank_group: cost basis of the group (the full cost when at least as many feasible rows have it as have an
-  // electricity-only cost, else electricity only for all), Pareto among its feasible rows (cost an axis when every
-  // one has a full cost), rank by (priority, p50) of the feasible rows with the figure.
-  function rankGroup(members, key) {
+  // cet._rank_group, then question.band_ties
+  function rankGroup(members, s) {
     const feasible = members.filter((r) => r.now.feasible);
     const count = (column) => feasible.filter((r) => present(r.now[column])).length;
-    const full = count("usd_per_million_actions") >= count("usd_per_million_actions_electricity_only");
-    const costColumn = full ? "usd_per_million_actions" : "usd_per_million_actions_electricity_only";
-    for (const r of members) {
-      r.now.cost_basis = present(r.now[costColumn]) ? (full ? "hardware+electricity" : "electricity-only") : null;
-      r.now.cost = r.now[costColumn];
-    }
-    const column = key === "usd_per_million_actions" ? costColumn : key;
-    for (const r of members) r.now.key = present(r.now[column]) ? r.now[column] : Infinity;
+    const full = count("usd_per_million_actions") >= count(ELECTRICITY_ONLY);
+    const costColumn = full ? "usd_per_million_actions" : ELECTRICITY_ONLY;
+    for (const r of members) r.now.cost_basis = present(r.now[costColumn]) ? (full ? "hardware+electricity" : "electricity-only") : null;
+    const key = s.priority === "cost" ? costColumn : PRIORITY_COLUMNS[s.priority];
+    for (const r of members) r.now.key = present(r.now[key]) ? r.now[key] : Infinity;
     const axes = ["latency_p50_ms", "joules_per_action"];
-    if (feasible.length && feasible.every((r) => present(r.now.usd_per_million_actions))) {
-      axes.push("usd_per_million_actions");
-    }
-    markPareto(feasible.filter((r) => axes.every((a) => present(r.now[a]))), axes);
-    const rankable = feasible.filter((r) => present(r.now[column]));
-    rankable.sort((a, b) => a.now[column] - b.now[column] || a.latency_p50_ms - b.latency_p50_ms);
-    rankable.forEach((row, i) => {
+    if (feasible.length && feasible.every((r) => present(r.now.usd_per_million_actions))) axes.push("usd_per_million_actions");
+    const comparable = feasible.filter((r) => axes.every((a) => present(r.now[a])));
+    paretoFlags(comparable, axes, (r, a) => r.now[a]).forEach((flag, i) => (comparable[i].now.pareto = flag));
+    const rankable = feasible.filter((r) => present(r.now[key]));
+    rankable.sort((a, b) => a.now[key] - b.now[key] || a.latency_p50_ms - b.latency_p50_ms);
+    rankable.forEach((r, i) => {
       const previous = rankable[i - 1];
-      const tied = previous !== undefined && bandsOverlap(previous, row, key);
-      row.now.rank = tied ? previous.now.rank : i + 1;
-      row.now.tiedWith = tied ? previous : null;
-      if (tied) previous.now.tied = row.now.tied = true;
+      const same =
+        previous !== undefined &&
+        figureOf(previous, s.priority) === figureOf(r, s.priority) &&
+        previous.latency_p50_ms === r.latency_p50_ms;
+      const tied = previous !== undefined && (same || bandsOverlap(previous, r, s.priority));
+      r.now.rank = tied ? previous.now.rank : i + 1;
+      if (tied) {
+        previous.now.tied = r.now.tied = true;
+        r.now.tiedWith = previous;
+      }
     });
   }
 
-  // cet.rank per class: gate every row, rank each group, then order: ranked before unranked, class by class,
-  // exact before approximate, by rank, priority figure and p50 (a stable sort keeps the embedded order otherwise).
+  // question.rank_question over the rows the reader keeps; cet.rank's order: ranked rows (exact, then approximate,
+  // by rank, figure and p50), then the unranked ones by figure and p50 (stable).
   function evaluate(s) {
-    for (const row of rows) {
-      const verdict = gate(row, s);
-      const reasons = feasibility(row, s, verdict);
-      row.now = {
+    const members = [];
+    const other = [];
+    for (const r of board.rows) {
+      if (r.model !== s.model || !keeps(r, s)) continue;
+      (workloadKey(r) === s.workload ? members : other).push(r);
+    }
+    for (const r of members) {
+      const ex = rowExecution(r, s);
+      const verdict = gate(r, s.controlHz, ex);
+      const reasons = feasibility(r, ex, verdict);
+      r.now = {
         ...verdict,
-        ...actionCosts(row, s),
+        ...actionCosts(r, s, ex),
+        execution: ex,
         feasible: reasons.length === 0,
         reasons: reasons.join("; "),
         rank: null,
         tied: false,
         tiedWith: null,
         pareto: false,
-        group: groupLabel(row, s),
-        latency_p50_ms: row.latency_p50_ms,
+        group: s.approximateTogether ? "all" : r.approximate ? "approximate" : "exact",
+        latency_p50_ms: r.latency_p50_ms,
       };
     }
-    const key = PRIORITY_COLUMNS[s.priority];
     const groups = new Map();
-    for (const row of rows) {
-      const name = row.now.group;
-      if (!groups.has(name)) groups.set(name, []);
-      groups.get(name).push(row);
+    for (const r of members) {
+      if (!groups.has(r.now.group)) groups.set(r.now.group, []);
+      groups.get(r.now.group).push(r);
     }
-    for (const members of groups.values()) rankGroup(members, key);
+    for (const group of groups.values()) rankGroup(group, s);
     const order = (r) => [
       r.now.rank === null ? 1 : 0,
-      classIndex(r, s),
-      approximateIndex(r, s),
+      s.approximateTogether ? 0 : r.approximate ? 1 : 0,
       r.now.rank === null ? Infinity : r.now.rank,
       r.now.key,
       r.latency_p50_ms,
     ];
-    return [...rows].sort((a, b) => {
+    const ranked = [...members].sort((a, b) => {
       const x = order(a);
       const y = order(b);
       for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
       return 0;
     });
+    return { s, ranked, other };
   }
 
+  // ---- what the page says --------------------------------------------------------------------------------------
+
+  const dollars = (x) => (present(x) ? `$${pyG(x, 3)}` : "—");
+  function perHour(r) {
+    if (r.now.cost_basis === "electricity-only") return `${dollars(r.now.usd_per_robot_hour_electricity_only)} elec. only`;
+    return present(r.now.usd_per_robot_hour) ? dollars(r.now.usd_per_robot_hour) : dollars(r.now.usd_per_robot_hour_electricity_only) + (present(r.now.usd_per_robot_hour_electricity_only) ? " elec. only" : "");
+  }
+  function perMillion(r) {
+    const value = r.now.cost_basis === "electricity-only" ? r.now[ELECTRICITY_ONLY] : r.now.usd_per_million_actions;
+    if (!present(value)) return present(r.now[ELECTRICITY_ONLY]) ? `${num(r.now[ELECTRICITY_ONLY], 4)} elec. only` : "—";
+    return r.now.cost_basis === "electricity-only" ? `${num(value, 4)} elec. only` : num(value, 4);
+  }
+  const executionText = (ex) => (ex.mode === "per-step" ? "per step" : `${ex.mode}, ${ex.n} actions per inference`);
+  function provenanceText(r) {
+    const parts = [r.provenance];
+    if (present(r.error_band)) parts.push(`±${Math.round(r.error_band * 100)}%`);
+    if (r.calibration) parts.push(r.calibration);
+    if (present(r.band_coverage)) parts.push(`coverage ${Math.round(r.band_coverage * 100)}%`);
+    return parts.join(" ");
+  }
+  function deploymentText(r) {
+    if (!r.deployment || r.deployment === "on-robot") return "";
+    return r.deployment === "offload" ? `offload ×${r.robots} via ${r.offload_server}` : `served ×${r.robots}`;
+  }
+  function stackText(r) {
+    const parts = [`${r.backend} · ${r.precision}`];
+    if (r.optimizations && r.optimizations !== "none") parts.push(r.optimizations);
+    if (r.approximate) parts.push(`≈ approximate${present(r.action_error) ? `, action error ${pyG(r.action_error, 3)}` : ""}`);
+    if (!r.valid) parts.push(`action error ${present(r.action_error) ? pyG(r.action_error, 3) : r.action_error_note || "—"} ✗`);
+    return parts.join(" · ");
+  }
+  const deviceName = (r) => `${r.device}${deploymentText(r) ? ` (${deploymentText(r)})` : ""}`;
+
+  function status(r, s) {
+    if (!r.now.feasible) return `infeasible: ${r.now.reasons}`;
+    const notes = ["feasible"];
+    if (s.priority === "cost" && r.now.cost_basis === "electricity-only") notes.push("no purchase price: electricity only");
+    if (!present(figureOf(r, s.priority))) notes.push(`no ${s.priority} figure: not ranked`);
+    const other = r.now.tiedWith;
+    if (other) {
+      if (present(r.error_band) || present(other.error_band)) {
+        const band = present(r.error_band) ? r.error_band : other.error_band;
+        notes.push(`within the ±${Math.round(band * 100)}% band of ${other.device} (${other.backend}): not ranked apart`);
+      } else notes.push(`the same figure as ${other.device} (${other.backend})`);
+    }
+    if (OWN_EXECUTION.includes(r.deployment)) notes.push(`gated ${executionText(r.now.execution)}, as its robots asked`);
+    if (r.serving_note) notes.push(r.serving_note);
+    if (r.p99_note) notes.push(r.p99_note);
+    if (r.kind === "reported") notes.push(`source: ${r.source}`);
+    if (r.assumed && r.assumed.length) notes.push(`not stated by the source: ${r.assumed.join(", ")}`);
+    return notes.join("; ");
+  }
+
+  function answer(q) {
+    const s = q.s;
+    const hz = `${pyG(s.controlHz, 6)} Hz ${executionText({ mode: s.mode, n: s.n })}`;
+    const scope = `${s.model} (${workloadText(s.workload)})${s.deviceClass ? `, ${s.deviceClass} devices` : ""}`;
+    const first = q.ranked.filter((r) => r.now.rank === 1 && (s.approximateTogether || !r.approximate));
+    const winner = first[0];
+    if (!q.ranked.length) return `No row answers ${scope} with the rows kept.`;
+    if (!winner) {
+      const fastest = [...q.ranked].sort((a, b) => a.latency_p99_ms - b.latency_p99_ms)[0];
+      return `No ${s.approximateTogether ? "" : "exact "}row of ${scope} is feasible at ${hz}; the fastest, ${deviceName(fastest)}, ${fastest.backend} ${fastest.precision}, has a ${num(fastest.latency_p99_ms, 3)} ms p99.`;
+    }
+    const label = `${provenanceText(winner)}`;
+    const latency = winner.kind === "run" ? `${num(winner.latency_p99_ms, 3)} ms p99` : `${num(winner.latency_p50_ms, 3)} ms (${winner.provenance} latency, no p99)`;
+    let text = `${PRIORITY_WORDS[s.priority]} for ${scope} at ${hz}: ${deviceName(winner)}, ${winner.backend} ${winner.precision} (${label}): ${latency}, ${perHour(winner)} per robot-hour, ${num(winner.now.joules_per_action, 3)} J per action`;
+    if (first.length > 1) {
+      const devices = new Set(first.map((r) => r.device)).size;
+      text += `; ${plural(first.length, "row")} (${plural(devices, "device")}) share rank 1: equal figures or overlapping bands`;
+    }
+    const approximate = q.ranked.find((r) => r.approximate && r.now.rank === 1 && !s.approximateTogether);
+    if (approximate) text += `; best approximate row (ranked apart): ${deviceName(approximate)}, ${approximate.backend} ${approximate.precision}`;
+    return `${text}.`;
+  }
+
+  function note(q) {
+    const s = q.s;
+    const canonical = board.canonical[s.model];
+    const key = canonical ? `${canonical.cameras}-${canonical.steps}-${canonical.prompt_tokens}` : null;
+    const why = board.own_workload[s.model] ? "the model's own workload (its spec's defaults)" : "the workload with the most rows";
+    const workloadNote = key === s.workload ? `Workload: ${workloadText(s.workload)}, ${why}.` : `Workload: ${workloadText(s.workload)} (the default is ${workloadText(key)}).`;
+    const others = new Set(q.other.map(workloadKey)).size;
+    const otherNote = others ? ` ${plural(q.other.length, "row")} of ${plural(others, "other workload")} not ranked here${s.otherWorkloads ? " (listed below)" : ""}.` : "";
+    return `${workloadNote}${otherNote} ${plural(q.ranked.length, "row")} in this question.`;
+  }
+
+  // ---- rendering --------------------------------------------------------------------------------------------
+
+  function cell(tr, text, className) {
+    const td = document.createElement("td");
+    if (className) td.className = className;
+    if (text !== null) td.textContent = text;
+    tr.appendChild(td);
+    return td;
+  }
+  function link(parent, href, text, className) {
+    const a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    if (className) a.className = className;
+    parent.appendChild(a);
+    return a;
+  }
+
+  function sortValue(r, key) {
+    if (key === "usd_per_robot_hour") return r.now.cost_basis === "electricity-only" ? r.now.usd_per_robot_hour_electricity_only : r.now.usd_per_robot_hour;
+    return key in r.now ? r.now[key] : r[key];
+  }
   function compare(a, b, direction) {
     if (!present(a) && !present(b)) return 0;
     if (!present(a)) return 1; // missing values last in both directions
@@ -240,267 +399,363 @@
     return String(a).localeCompare(String(b)) * direction;
   }
 
-  function costText(row) {
-    const value = row.now.cost;
-    if (!present(value)) return "—";
-    return row.now.cost_basis === "electricity-only" ? `${num(value, 4)} elec. only` : num(value, 4);
-  }
-
-  function status(row, s) {
-    if (!row.now.feasible) return `infeasible: ${row.now.reasons}`;
-    const notes = [];
-    if (s.priority === "cost" && row.now.cost_basis === "electricity-only") notes.push("no purchase price: electricity only");
-    if (!present(figure(row, PRIORITY_COLUMNS[s.priority]))) notes.push(`no ${s.priority} figure: not ranked`);
-    const other = row.now.tiedWith;
-    if (other) {
-      const band = present(row.error_band) ? row.error_band : other.error_band;
-      notes.push(`within the ±${Math.round(band * 100)}% band of ${other.device} (${other.backend}): not ranked apart`);
-    }
-    if (row.p99_note) notes.push(row.p99_note);
-    return ["feasible", ...notes].join("; ");
-  }
-
-  function deliveredText(row, s) {
-    const rate = num(row.now.delivered_action_hz, 4);
-    return s.mode === "per-step" ? rate : `${rate} (${s.mode}, ${s.n} per chunk)`;
-  }
-
-  const visibleRow = (row) =>
-    filters.every((f) => f.value === "" || String(row[f.dataset.key] ?? PAGE_DEFAULTS[f.dataset.key]) === f.value);
-
-  function renderTable(ordered, s) {
-    let shown = 0;
-    for (const row of ordered) {
-      const tr = trById.get(row.id);
-      tbody.appendChild(tr);
-      const visible = visibleRow(row);
-      tr.hidden = !visible;
-      shown += visible ? 1 : 0;
-      tr.classList.toggle("infeasible", !row.now.feasible);
-      const cells = {
-        rank: row.now.rank === null ? "—" : String(row.now.rank) + (row.now.tied ? "=" : "") + (row.now.pareto ? " ◆" : ""),
-        group: row.now.group,
-        status: status(row, s),
-        infhz: num(row.now.inference_hz_p50, 4),
-        reaction: num(row.now.reaction_ms, 4),
-        delivered: deliveredText(row, s),
-        jpa: num(row.now.joules_per_action, 4),
-        cost: costText(row),
-      };
-      for (const [name, text] of Object.entries(cells)) tr.querySelector(`.${name}`).textContent = text;
-    }
-    $("shown").textContent = `${shown} of ${rows.length} rows shown`;
-    for (const th of headers) {
-      th.classList.toggle("sorted-asc", th.dataset.key === sortKey && sortDir === 1);
-      th.classList.toggle("sorted-desc", th.dataset.key === sortKey && sortDir === -1);
-    }
-  }
-
-  // The matrix: per (model, device) the rows of the first class present (measured, then reported, then projected;
-  // every class together when the reader asks); the cell shows the best feasible figures (of every row when none is
-  // feasible) and the provenance of the row that is best by the priority.
-  function matrixCells(s) {
-    const key = PRIORITY_COLUMNS[s.priority];
-    const cells = new Map();
-    for (const row of rows) {
-      const name = `${row.model}\u0000${row.device}`;
-      if (!cells.has(name)) cells.set(name, []);
-      cells.get(name).push(row);
-    }
-    const preference = { run: 0, reported: 1, projected: 2 };
-    const result = new Map();
-    for (const [name, members] of cells) {
-      const first = Math.min(...members.map((r) => preference[r.kind]));
-      const pool = s.projectedTogether ? members : members.filter((r) => preference[r.kind] === first);
-      const feasible = pool.filter((r) => r.now.feasible);
-      const judged = feasible.length ? feasible : pool;
-      const lowest = (get) => judged.map(get).filter(present).reduce((a, b) => Math.min(a, b), Infinity);
-      const best = [...judged].sort(
-        (a, b) => compare(figure(a, key), figure(b, key), 1) || a.latency_p50_ms - b.latency_p50_ms
-      )[0];
-      const cheapest = [...judged]
-        .filter((r) => present(r.now.cost))
-        .sort((a, b) => Number(a.now.cost_basis === "electricity-only") - Number(b.now.cost_basis === "electricity-only") || a.now.cost - b.now.cost)[0];
-      const fastest = [...judged].sort((a, b) => a.latency_p50_ms - b.latency_p50_ms)[0];
-      result.set(name, {
-        best,
-        fastest,
-        feasible: feasible.length > 0,
-        latency: lowest((r) => r.latency_p50_ms),
-        joules: lowest((r) => r.now.joules_per_action),
-        cheapest,
-        value: feasible.length && present(figure(best, key)) ? figure(best, key) : null,
-        count: members.length,
-      });
-    }
-    return result;
-  }
-
-  // Per model, the device whose best row's band overlaps the next better device's: not ranked apart from it.
-  function matrixTies(cells, key) {
-    const ties = new Map();
-    const byModel = new Map();
-    for (const [name, cell] of cells) {
-      if (!present(cell.value)) continue;
-      const model = name.split("\u0000")[0];
-      if (!byModel.has(model)) byModel.set(model, []);
-      byModel.get(model).push([name, cell]);
-    }
-    for (const members of byModel.values()) {
-      members.sort((a, b) => a[1].value - b[1].value);
-      members.forEach(([name, cell], i) => {
-        const better = members[i - 1];
-        if (better && bandsOverlap(better[1].best, cell.best, key)) ties.set(name, better[1].best.device);
-      });
-    }
-    return ties;
-  }
-
-  function renderMatrix(s) {
-    const table = $("matrix");
-    if (!table) return;
-    const cells = matrixCells(s);
-    const ties = matrixTies(cells, PRIORITY_COLUMNS[s.priority]);
-    const logs = Array.from(cells.values(), (c) => c.value)
-      .filter((v) => present(v) && v > 0)
-      .map(Math.log);
-    const low = Math.min(...logs);
-    const high = Math.max(...logs);
-    const finite = (x) => (Number.isFinite(x) ? x : null);
-    for (const td of table.querySelectorAll("td[data-model]")) {
-      const cell = cells.get(`${td.dataset.model}\u0000${td.dataset.device}`);
-      td.textContent = "";
-      td.className = "cell";
-      td.style.background = "";
-      if (!cell) {
-        td.classList.add("empty");
-        td.textContent = "·";
-        continue;
+  function renderTable(q, highlight) {
+    const tbody = $("leaderboard").tBodies[0];
+    tbody.textContent = "";
+    let ordered = q.ranked;
+    if (sortKey !== null) ordered = [...ordered].sort((a, b) => compare(sortValue(a, sortKey), sortValue(b, sortKey), sortDir));
+    const limit = showAll || ordered.length <= FIRST_ROWS + 5 ? ordered.length : FIRST_ROWS;
+    ordered.slice(0, limit).forEach((r) => {
+      const tr = document.createElement("tr");
+      tr.id = `row-${r.id}`;
+      tr.dataset.id = r.id;
+      tr.className = [r.now.feasible ? "" : "infeasible", r.kind === "run" ? "" : r.kind, r.id === highlight ? "target" : ""].join(" ").trim();
+      const rank = r.now.rank === null ? "—" : `${r.now.rank}${r.now.tied ? "=" : ""}${r.approximate && !q.s.approximateTogether ? " ≈" : ""}${r.now.pareto ? " ◆" : ""}`;
+      cell(tr, rank, "num rank");
+      const device = cell(tr, null, "device");
+      link(device, `#row=${encodeURIComponent(r.id)}`, "¶", "permalink").setAttribute("aria-label", `link to this row (${r.device}, ${r.backend})`);
+      device.appendChild(document.createTextNode(" "));
+      link(device, r.device_page, r.device);
+      const extra = [r.device_class, deploymentText(r)].filter(Boolean).join(" · ");
+      if (extra) {
+        const span = document.createElement("span");
+        span.className = "sub";
+        span.textContent = extra;
+        device.appendChild(span);
       }
-      const line = (text, cls) => {
-        const div = document.createElement("div");
-        div.textContent = text;
-        if (cls) div.className = cls;
-        td.appendChild(div);
-      };
-      line(cell.feasible ? "✓ feasible" : "✗ infeasible", "verdict");
-      const band = cell.fastest.error_band;
-      const low = cell.latency * Math.max(0, 1 - band);
-      const range = present(band) ? ` (${num(low, 3)}–${num(cell.latency * (1 + band), 3)})` : "";
-      line(`${num(finite(cell.latency), 3)} ms${range}`);
-      line(`${num(finite(cell.joules), 3)} J/action`);
-      line(cell.cheapest ? `$${costText(cell.cheapest)} /1M actions` : "— $/1M actions");
+      const stack = cell(tr, null, "stack");
+      if (r.page) link(stack, r.page, stackText(r));
+      else stack.textContent = stackText(r);
+      cell(tr, num(r.latency_p50_ms, 4), "num p50");
+      cell(tr, r.kind === "run" ? num(r.now.reaction_ms, 4) : "—", "num p99");
+      cell(tr, perHour(r), "num hour");
+      cell(tr, num(r.now.joules_per_action, 4), "num jpa");
+      cell(tr, perMillion(r), "num cost");
+      const provenance = cell(tr, null, "provenance");
       const badge = document.createElement("span");
-      badge.className = `badge badge-${cell.best.provenance}`;
-      badge.textContent = cell.best.provenance + (cell.best.error_band_label ? ` ${cell.best.error_band_label}` : "");
-      td.appendChild(badge);
-      const tie = ties.get(`${td.dataset.model}\u0000${td.dataset.device}`);
-      if (tie) line(`≈ ${tie}: bands overlap, not ranked apart`, "tie");
-      line(`${cell.count} row${cell.count === 1 ? "" : "s"}`, "more");
-      const best = cell.best;
-      td.title = `${best.model} · ${best.device} · ${best.backend} ${best.precision} · ${best.optimizations}` +
-        (best.now.feasible ? "" : `\n${best.now.reasons}`);
-      if (!cell.feasible) td.classList.add("infeasible");
-      else if (present(cell.value) && cell.value > 0) {
-        const t = high > low ? (Math.log(cell.value) - low) / (high - low) : 0;
-        td.style.background = `hsl(${Math.round(120 - 120 * t)}, 65%, 86%)`; // green: best by the priority
-      }
+      badge.className = `badge badge-${r.provenance}`;
+      badge.textContent = provenanceText(r);
+      provenance.appendChild(badge);
+      cell(tr, status(r, q.s), "status");
+      tbody.appendChild(tr);
+    });
+    const button = $("show-all");
+    button.hidden = limit === ordered.length && !showAll;
+    button.textContent = showAll ? `Show the first ${FIRST_ROWS} rows` : `Show all ${ordered.length} rows`;
+    $("shown").textContent = `${limit} of ${ordered.length} rows shown`;
+    for (const b of document.querySelectorAll("#leaderboard thead button")) {
+      const th = b.parentElement;
+      const sorted = b.dataset.key === sortKey;
+      th.setAttribute("aria-sort", sorted ? (sortDir === 1 ? "ascending" : "descending") : "none");
     }
   }
 
-  function hover(row) {
-    return `${row.model} · ${row.device} · ${row.backend} · ${row.precision} · ${row.optimizations}`;
+  function renderOther(q) {
+    const section = $("other");
+    section.hidden = !(q.s.otherWorkloads && q.other.length);
+    const tbody = $("other-rows").tBodies[0];
+    tbody.textContent = "";
+    if (section.hidden) return;
+    for (const r of [...q.other].sort((a, b) => workloadKey(a).localeCompare(workloadKey(b)) || a.latency_p50_ms - b.latency_p50_ms)) {
+      const tr = document.createElement("tr");
+      cell(tr, workloadText(workloadKey(r)));
+      cell(tr, deviceName(r));
+      cell(tr, stackText(r));
+      cell(tr, num(r.latency_p50_ms, 4), "num");
+      cell(tr, provenanceText(r) + (r.source ? `; source: ${r.source}` : ""));
+      tbody.appendChild(tr);
+    }
   }
 
-  // The Pareto charts at the page's target: every feasible row of each group, its front highlighted.
-  function renderCharts(s) {
-    if (typeof Plotly === "undefined") return;
-    const STYLE = ["#d62728", "#ff7f0e", "#1f77b4", "#9467bd", "#2ca02c", "#8c564b"];
-    for (const [id, key, axis] of [
-      ["chart-energy", "joules_per_action", "J per action"],
-      ["chart-cost", "usd_per_million_actions", "$ per 1M actions"],
-    ]) {
-      const div = $(id);
-      if (!div) continue;
-      const points = rows.filter((r) => r.now.feasible && present(figure(r, key)) && figure(r, key) > 0 && visibleRow(r));
-      const names = [...new Set(points.map((r) => r.now.group))].sort();
-      const traces = [];
-      names.forEach((name, i) => {
-        for (const front of [false, true]) {
-          const chosen = points
-            .filter((r) => r.now.group === name && r.now.pareto === front)
-            .sort((a, b) => a.latency_p50_ms - b.latency_p50_ms);
-          if (!chosen.length) continue;
-          const open = chosen.map((r) => key === "usd_per_million_actions" && r.now.cost_basis === "electricity-only");
-          traces.push({
-            type: "scatter",
-            x: chosen.map((r) => r.latency_p50_ms),
-            y: chosen.map((r) => figure(r, key)),
-            mode: front ? "markers+lines" : "markers",
-            name: front ? `${name}: Pareto-optimal` : `${name}: feasible`,
-            text: chosen.map((r, j) => hover(r) + (open[j] ? " (electricity only)" : "")),
-            hovertemplate: "%{text}<br>p50 %{x:.3g} ms<br>%{y:.3g}<extra></extra>",
-            marker: {
-              size: front ? 12 : 8,
-              color: front ? STYLE[i % STYLE.length] : "#9aa5b1",
-              symbol: open.map((o) => (front ? "diamond" : "circle") + (o ? "-open" : "")),
-            },
-            line: { dash: "dot", color: STYLE[i % STYLE.length] },
-          });
-        }
+  // ---- charts (plotly's basic bundle, loaded when the charts come into view) -----------------------------------
+
+  function loadPlotly() {
+    if (plotly !== "absent") return;
+    plotly = "loading";
+    const load = (src) =>
+      new Promise((resolve, reject) => {
+        const script = document.createElement("script");
+        script.src = src;
+        script.onload = resolve;
+        script.onerror = reject;
+        document.head.appendChild(script);
       });
-      const title = `Latency vs ${axis} (feasible at ${pyG(s.controlHz, 6)} Hz, ${s.mode})`;
-      const layout = {
+    load("assets/plotly-basic.min.js")
+      .then(() => load("assets/plot-template.js"))
+      .then(() => {
+        plotly = "ready";
+        if (current) renderCharts(current);
+      });
+  }
+
+  const MARKERS = { measured: "circle", estimated: "circle", projected: "diamond", reported: "square" };
+  const COLORS = { measured: "#1a7f37", estimated: "#9a6700", projected: "#0550ae", reported: "#8250df" };
+
+  function errorX(rows) {
+    return {
+      type: "data",
+      symmetric: false,
+      array: rows.map((r) => (present(r.error_band) ? r.latency_p50_ms * r.error_band : r.kind === "run" ? r.now.reaction_ms - r.latency_p50_ms : 0)),
+      arrayminus: rows.map((r) => (present(r.error_band) ? r.latency_p50_ms * r.error_band : 0)),
+      thickness: 1,
+    };
+  }
+
+  function scatter(div, q, value, axis) {
+    const points = q.ranked.filter((r) => r.now.feasible && present(value(r)) && value(r) > 0);
+    const traces = [];
+    for (const kind of Object.keys(COLORS)) {
+      const chosen = points.filter((r) => r.provenance === kind);
+      if (!chosen.length) continue;
+      traces.push({
+        type: "scatter",
+        mode: "markers",
+        name: kind,
+        x: chosen.map((r) => r.latency_p50_ms),
+        y: chosen.map(value),
+        text: chosen.map((r) => `${deviceName(r)} · ${r.backend} ${r.precision}`),
+        hovertemplate: "%{text}<br>p50 %{x:.3g} ms<br>%{y:.3g}<extra></extra>",
+        marker: { symbol: MARKERS[kind], color: COLORS[kind], size: 9 },
+        error_x: errorX(chosen),
+        error_y: { type: "data", array: chosen.map((r) => (present(r.error_band) ? value(r) * r.error_band : 0)), thickness: 1 },
+      });
+    }
+    const flags = paretoFlags(points, [0, 1], (r, a) => (a === 0 ? r.latency_p50_ms : value(r)));
+    const front = points.filter((_, i) => flags[i]).sort((a, b) => a.latency_p50_ms - b.latency_p50_ms);
+    if (front.length) {
+      traces.push({
+        type: "scatter",
+        mode: "lines",
+        name: "Pareto front",
+        x: front.map((r) => r.latency_p50_ms),
+        y: front.map(value),
+        line: { dash: "dot", color: "#24292f" },
+        hoverinfo: "skip",
+      });
+    }
+    const title = `${q.s.model}: latency vs ${axis}, feasible at ${pyG(q.s.controlHz, 6)} Hz`;
+    Plotly.react(
+      div,
+      traces,
+      {
         template: window.VLABENCH_TEMPLATE,
         title: { text: points.length ? title : `${title}: no feasible row has this figure` },
-        xaxis: { title: { text: "end-to-end p50 latency (ms)" }, type: "log" },
+        xaxis: { title: { text: "p50 latency (ms)" }, type: "log" },
         yaxis: { title: { text: axis }, type: "log" },
-        margin: { t: 60, b: 40 },
+        margin: { t: 50, b: 40, l: 60, r: 10 },
+        legend: { orientation: "h" },
         autosize: true,
-      };
-      Plotly.react(div, traces, layout, { responsive: true });
-    }
+      },
+      { responsive: true, displayModeBar: false }
+    );
   }
 
-  function render() {
+  function phaseBars(div, q) {
+    const chosen = q.ranked.filter((r) => r.now.rank !== null && r.phases && Object.keys(r.phases).length).slice(0, 12);
+    const names = chosen.map((r) => `${r.now.rank}. ${r.device} ${r.backend} ${r.precision}${deploymentText(r) ? ` ${deploymentText(r)}` : ""}`);
+    const colors = { vision: "#0969da", prefill: "#bc4c00", action: "#cf222e" };
+    const traces = Object.keys(colors).map((phase) => ({
+      type: "bar",
+      name: `${phase} p50`,
+      x: names,
+      y: chosen.map((r) => (r.phases[phase] ? r.phases[phase][0] : null)),
+      marker: { color: colors[phase] },
+    }));
+    traces.push({
+      type: "scatter",
+      mode: "markers",
+      name: "end to end p50 (bars: band, or up to p99)",
+      x: names,
+      y: chosen.map((r) => r.latency_p50_ms),
+      marker: { symbol: "line-ew-open", size: 14, color: "#24292f" },
+      error_y: errorX(chosen),
+    });
+    Plotly.react(
+      div,
+      traces,
+      {
+        template: window.VLABENCH_TEMPLATE,
+        barmode: "stack",
+        title: { text: chosen.length ? "Phases of the ranked devices (p50), end to end with its p99 or band" : "No ranked row has phases" },
+        yaxis: { title: { text: "latency (ms)" } },
+        margin: { t: 50, b: 120, l: 60, r: 10 },
+        legend: { orientation: "h" },
+        autosize: true,
+      },
+      { responsive: true, displayModeBar: false }
+    );
+  }
+
+  function renderCharts(q) {
+    if (plotly !== "ready") return;
+    scatter($("chart-energy"), q, (r) => r.now.joules_per_action, "J per action");
+    scatter($("chart-cost"), q, (r) => (r.now.cost_basis === "electricity-only" ? r.now.usd_per_robot_hour_electricity_only : r.now.usd_per_robot_hour), "$ per robot-hour");
+    phaseBars($("chart-phases"), q);
+  }
+
+  // ---- the address --------------------------------------------------------------------------------------------
+
+  const FIELDS = {
+    model: "model", workload: "workload", hz: "control-hz", exec: "execution", n: "chunk-n", by: "priority",
+    class: "device-class", deploy: "deployment", duty: "duty", kwh: "kwh", life: "life", q: "search",
+  };
+  const CHECKS = { measured: "prov-measured", projected: "prov-projected", reported: "prov-reported", approx: "approximate-together", other: "other-workloads" };
+  const CHECK_DEFAULTS = { measured: true, projected: true, reported: true, approx: false, other: false };
+
+  function writeAddress() {
+    const params = new URLSearchParams();
+    for (const [name, id] of Object.entries(FIELDS)) if ($(id).value !== "") params.set(name, $(id).value);
+    for (const [name, id] of Object.entries(CHECKS)) if ($(id).checked !== CHECK_DEFAULTS[name]) params.set(name, $(id).checked ? "1" : "0");
+    if (sortKey !== null) params.set("sort", `${sortKey}:${sortDir}`);
+    if (showAll) params.set("all", "1");
+    history.replaceState(null, "", `#${params.toString()}`);
+  }
+
+  function fillWorkloads(model, wanted) {
+    const counts = new Map();
+    for (const r of board.rows) if (r.model === model) counts.set(workloadKey(r), (counts.get(workloadKey(r)) || 0) + 1);
+    const canonical = board.canonical[model];
+    const key = canonical ? `${canonical.cameras}-${canonical.steps}-${canonical.prompt_tokens}` : null;
+    const select = $("workload");
+    select.textContent = "";
+    for (const [workload, count] of [...counts].sort((a, b) => (a[0] === key ? -1 : b[0] === key ? 1 : b[1] - a[1]))) {
+      const option = document.createElement("option");
+      option.value = workload;
+      option.textContent = `${workloadText(workload)} (${plural(count, "row")})${workload === key ? ", default" : ""}`;
+      select.appendChild(option);
+    }
+    select.value = counts.has(wanted) ? wanted : key;
+  }
+
+  function readAddress() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const row = params.get("row") && board.rows.find((r) => r.id === params.get("row"));
+    if (row) {
+      $("model").value = row.model;
+      fillWorkloads(row.model, workloadKey(row));
+      for (const id of ["device-class", "deployment", "search"]) $(id).value = "";
+      for (const name of ["measured", "projected", "reported"]) $(CHECKS[name]).checked = true;
+      showAll = true;
+      return row.id;
+    }
+    for (const [name, id] of Object.entries(FIELDS)) if (params.has(name) && name !== "workload") $(id).value = params.get(name);
+    for (const [name, id] of Object.entries(CHECKS)) $(id).checked = params.has(name) ? params.get(name) === "1" : CHECK_DEFAULTS[name];
+    if (!board.canonical[$("model").value]) $("model").value = board.default_model;
+    fillWorkloads($("model").value, params.get("workload"));
+    const sort = (params.get("sort") || "").split(":");
+    sortKey = sort.length === 2 ? sort[0] : null;
+    sortDir = sort[1] === "-1" ? -1 : 1;
+    showAll = params.get("all") === "1";
+    return null;
+  }
+
+  // ---- search -------------------------------------------------------------------------------------------------
+
+  function renderSearch() {
+    const list = $("search-results");
+    const words = $("search").value.toLowerCase().split(/\s+/).filter(Boolean);
+    list.textContent = "";
+    list.hidden = !words.length;
+    if (!words.length) return;
+    const text = (r) => `${r.model} ${r.device} ${r.device_class || ""} ${r.backend} ${r.precision} ${r.provenance} ${r.deployment || ""}`.toLowerCase();
+    const found = board.rows.filter((r) => words.every((w) => text(r).includes(w)));
+    for (const r of found.slice(0, 12)) {
+      const li = document.createElement("li");
+      link(li, `#row=${encodeURIComponent(r.id)}`, `${r.model} (${workloadText(workloadKey(r))}) · ${deviceName(r)} · ${r.backend} ${r.precision} · ${r.provenance}`);
+      list.appendChild(li);
+    }
+    const li = document.createElement("li");
+    li.textContent = found.length > 12 ? `${found.length} rows match; the first 12 are listed` : `${plural(found.length, "row")} match`;
+    list.appendChild(li);
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------------------------
+
+  function render(highlight) {
     const s = settings();
     if (!(s.controlHz > 0)) return;
     $("chunk-n").disabled = s.mode === "per-step";
-    let ordered = evaluate(s);
-    if (sortKey !== null) {
-      const value = (r) => (sortKey in r.now ? r.now[sortKey] : r[sortKey]);
-      ordered = [...ordered].sort((a, b) => compare(value(a), value(b), sortDir));
-    }
-    renderTable(ordered, s);
-    renderMatrix(s);
-    renderCharts(s);
+    current = evaluate(s);
+    $("answer").textContent = answer(current);
+    $("question-note").textContent = note(current);
+    $("ranking-title").textContent = `Devices ranked for ${s.model}, ${workloadText(s.workload)}`;
+    renderTable(current, highlight);
+    renderOther(current);
+    renderCharts(current);
+    renderSearch();
+    document.body.dataset.ready = "yes";
   }
 
-  for (const th of headers) {
-    if (!th.dataset.key) continue;
-    th.addEventListener("click", () => {
-      sortDir = sortKey === th.dataset.key ? -sortDir : 1;
-      sortKey = th.dataset.key;
-      render();
-    });
+  function changed() {
+    writeAddress();
+    render(null);
   }
-  $("priority").addEventListener("change", () => {
-    sortKey = null; // a new priority shows the ranking again
-    render();
-  });
-  for (const id of ["control-hz", "chunk-n"]) $(id).addEventListener("input", render);
-  for (const id of ["execution", "approximate-together", "projected-together"]) $(id).addEventListener("change", render);
-  for (const f of filters) f.addEventListener("change", render);
-  const matrix = $("matrix");
-  if (matrix) {
-    matrix.addEventListener("click", (event) => {
-      const td = event.target.closest("td[data-model]");
-      if (!td || td.classList.contains("empty")) return;
-      $("filter-model").value = td.dataset.model;
-      $("filter-device").value = td.dataset.device;
-      render();
-      $("leaderboard").scrollIntoView();
-    });
+
+  function open() {
+    const highlight = readAddress();
+    render(highlight);
+    if (highlight) {
+      const tr = $(`row-${highlight}`);
+      if (tr) tr.scrollIntoView({ block: "center" });
+      writeAddress();
+    }
   }
-  render();
+
+  async function start() {
+    board = await decode();
+    const models = [...new Set(board.rows.map((r) => r.model))].sort();
+    const measured = new Map();
+    for (const r of board.rows) if (r.kind === "run") measured.set(r.model, (measured.get(r.model) || 0) + 1);
+    board.default_model = [...measured].sort((a, b) => b[1] - a[1])[0]?.[0] || models[0];
+    for (const model of models) {
+      const option = document.createElement("option");
+      option.value = option.textContent = model;
+      $("model").appendChild(option);
+    }
+    $("model").value = board.default_model;
+    for (const name of [...new Set(board.rows.map((r) => r.device_class).filter(Boolean))].sort()) {
+      const option = document.createElement("option");
+      option.value = option.textContent = name;
+      $("device-class").appendChild(option);
+    }
+    $("model").addEventListener("change", () => {
+      fillWorkloads($("model").value, null);
+      changed();
+    });
+    for (const id of ["workload", "execution", "priority", "device-class", "deployment"]) $(id).addEventListener("change", changed);
+    for (const id of ["control-hz", "chunk-n", "duty", "kwh", "life"]) $(id).addEventListener("input", changed);
+    for (const id of Object.values(CHECKS)) $(id).addEventListener("change", changed);
+    $("search").addEventListener("input", () => {
+      writeAddress();
+      renderSearch();
+    });
+    $("show-all").addEventListener("click", () => {
+      showAll = !showAll;
+      changed();
+    });
+    for (const button of document.querySelectorAll("#leaderboard thead button")) {
+      button.addEventListener("click", () => {
+        sortDir = sortKey === button.dataset.key ? -sortDir : 1;
+        sortKey = button.dataset.key;
+        changed();
+      });
+    }
+    $("priority").addEventListener("change", () => {
+      sortKey = null; // a new priority shows the ranking again
+      changed();
+    });
+    window.addEventListener("hashchange", open);
+    open();
+    const charts = $("charts");
+    if ("IntersectionObserver" in window) {
+      new IntersectionObserver((entries, observer) => {
+        if (entries.some((e) => e.isIntersecting)) {
+          observer.disconnect();
+          loadPlotly();
+        }
+      }, { rootMargin: "200px" }).observe(charts);
+    } else loadPlotly();
+  }
+
+  start();
 })();

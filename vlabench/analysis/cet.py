@@ -154,8 +154,9 @@ def action_costs(
     robots_per_device: float = 1.0,
     rows_per_inference: float = 1.0,
 ) -> dict[str, float | None]:
-    """joules_per_action, usd_per_million_actions (None without a price) and its electricity-only part, per action
-    the execution model executes (per robot, for a device serving several)."""
+    """joules_per_action, usd_per_million_actions and usd_per_robot_hour (None without a price) and their
+    electricity-only parts, per action the execution model executes and per robot-hour (per robot, for a device
+    serving several), from ``cost_report``."""
     common = dict(
         robots_per_device=robots_per_device,
         rows_per_inference=rows_per_inference,
@@ -169,12 +170,14 @@ def action_costs(
         execution=execution,
         assumptions=assumptions,
     )
-    electricity = cost_report(price_usd=None, **common).usd_per_million_actions
-    full = cost_report(price_usd=price_usd, **common).usd_per_million_actions if price_usd is not None else None
+    electricity = cost_report(price_usd=None, **common)
+    full = cost_report(price_usd=price_usd, **common) if price_usd is not None else None
     return {
         "joules_per_action": joules_per_inference / execution.actions_per_inference / rows_per_inference,
-        "usd_per_million_actions": full,
-        "usd_per_million_actions_electricity_only": electricity,
+        "usd_per_million_actions": full.usd_per_million_actions if full else None,
+        "usd_per_million_actions_electricity_only": electricity.usd_per_million_actions,
+        "usd_per_robot_hour": full.usd_per_robot_hour if full else None,
+        "usd_per_robot_hour_electricity_only": electricity.usd_per_robot_hour,
     }
 
 
@@ -246,11 +249,9 @@ def feasibility(
 def pareto_front(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
     """True for rows no other row beats on every column (lower is better) and strictly on one."""
     values = frame[columns].to_numpy(dtype=float)
-    flags = []
-    for i, row in enumerate(values):
-        dominated = any((other <= row).all() and (other < row).any() for j, other in enumerate(values) if j != i)
-        flags.append(not dominated)
-    return pd.Series(flags, index=frame.index)
+    others, rows = values[None, :, :], values[:, None, :]  # [i, j]: row j against row i
+    dominated = ((others <= rows).all(axis=2) & (others < rows).any(axis=2)).any(axis=1)
+    return pd.Series(~dominated, index=frame.index)
 
 
 def pareto_axes(feasible: pd.DataFrame) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -76,7 +77,26 @@ def measured_ceilings(precisions: list[str] | None) -> tuple[ResolvedDevice, lis
 
 
 def rank(
-    paths: Annotated[list[Path], typer.Argument(help="Result files or folders (searched recursively).")],
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Result files or folders (searched recursively); none: the bundled leaderboard (the results this "
+            "checkout ships, the published and the projected rows, as `vlabench site build` builds it)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="The question's model (none: every model's question).")
+    ] = None,
+    cameras: Annotated[int | None, typer.Option(min=1, help="The question's cameras (default: the model's).")] = None,
+    steps: Annotated[
+        int | None, typer.Option(min=1, help="The question's denoising steps (default: the model's).")
+    ] = None,
+    prompt_tokens: Annotated[
+        int | None, typer.Option(min=0, help="The question's prompt tokens (default: the model's).")
+    ] = None,
+    all_workloads: Annotated[
+        bool, typer.Option("--all-workloads", help="Rank every workload of each model, each as its own question.")
+    ] = False,
     priority: Annotated[str, typer.Option(help="cost, energy or time.")] = "cost",
     control_hz: Annotated[
         float, run_option("control_hz", help="Control-rate target for the feasibility gate, Hz.")
@@ -85,46 +105,96 @@ def rank(
         str | None,
         typer.Option(
             metavar="[per-step|sync|async]",
-            help=contextual("Judge every run under this execution model.", "each run's own"),
+            help=contextual(
+                "Judge on-robot rows under this execution model (served and offload rows: their robots').", "per-step"
+            ),
         ),
     ] = None,
     actions_per_chunk: Annotated[
         int | None,
         run_option("actions_per_chunk", help="Actions executed per chunk with --execution sync or async."),
     ] = None,
+    device_class: Annotated[
+        list[str] | None, typer.Option(help="Keep only devices of this class (jetson, datacenter-gpu, cpu...).")
+    ] = None,
+    deployment: Annotated[
+        list[str] | None, typer.Option(help="Keep only this deployment: on-robot, served or offload.")
+    ] = None,
+    provenance: Annotated[
+        list[str] | None, typer.Option(help="Keep only these rows: measured, projected or reported.")
+    ] = None,
+    published: Annotated[
+        bool | None,
+        typer.Option("--published/--no-published", help="Add the published rows (default: for the bundled board)."),
+    ] = None,
+    projected: Annotated[
+        bool | None,
+        typer.Option(
+            "--projected/--no-projected", help="Add the projection model's rows (default: for the bundled board)."
+        ),
+    ] = None,
     approximate_together: Annotated[
         bool,
         typer.Option("--approximate-together", help="Rank approximate rows (lossy optimizations) with the exact ones."),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of tables.")] = False,
 ) -> None:
-    """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""
-    from vlabench.analysis.cet import rank as rank_frame
+    """Rank devices by CET, one question at a time (a model at one workload, a control rate, an execution model):
+    gate on memory, correctness and control rate (p99), order by the priority, flag ties and the Pareto set. Never
+    ranks across models or workloads; the site ranks the same way."""
+    import pandas as pd
+
     from vlabench.cli.views.rank import rank_table
-    from vlabench.results.aggregate import load_results, results_frame
+    from vlabench.leaderboard_site.ranking import Question, rank_board
 
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
-    model = chosen_execution(execution, actions_per_chunk)
-    loaded, skipped = load_results(paths)
-    warn_skipped(skipped)
-    if not loaded:
-        raise InputError(f"no readable results under {', '.join(map(str, paths))}")
-    frame = results_frame(loaded, control_hz, model)
-    ranked = rank_frame(frame, priority, control_hz, model, approximate_separately=not approximate_together)
+    question = Question(
+        model=model,
+        workload=(cameras, steps, prompt_tokens),
+        all_workloads=all_workloads,
+        priority=priority,
+        control_hz=control_hz,
+        execution=chosen_execution(execution, actions_per_chunk),
+        device_classes=device_class,
+        deployments=deployment,
+        provenance=provenance,
+        approximate_together=approximate_together,
+    )
+    bundled = not paths
+    ranked = rank_board(
+        paths or [],
+        question,
+        published=bundled if published is None else published,
+        projected=bundled if projected is None else projected,
+    )
+    warn_skipped(ranked.skipped)
     if as_json:
-        write_json(ranked.to_json(orient="records", indent=2))
-    else:
-        stdout.print(rank_table(ranked, priority, control_hz))
+        rows = [row for rows in ranked.questions.values() for row in rows]
+        write_json(json.dumps(finite(rows), indent=2, allow_nan=False, default=str))
+        return
+    for label, rows in ranked.questions.items():
+        stdout.print(rank_table(pd.DataFrame(rows), priority, control_hz, label))
 
 
-def chosen_execution(mode: str | None, actions_per_chunk: int | None) -> ExecutionModel | None:
-    """``--execution`` and ``--actions-per-chunk`` as an execution model (None: each run's own); a chunk size needs a
-    chunked execution, and a chunked execution needs a chunk size here (runs differ in theirs)."""
+def finite(value: Any) -> Any:
+    """A JSON-like value with every non-finite float (NaN, ±inf) as None: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
+    return value
+
+
+def chosen_execution(mode: str | None, actions_per_chunk: int | None) -> ExecutionModel:
+    """``--execution`` and ``--actions-per-chunk`` as an execution model (per step when neither is given); a chunk
+    size needs a chunked execution, and a chunked execution needs a chunk size here (runs differ in theirs)."""
     from vlabench.analysis.cet import EXECUTIONS, ExecutionModel
 
     if mode is None and actions_per_chunk is None:
-        return None
+        return ExecutionModel()
     if mode not in EXECUTIONS:
         raise InputError(f"--execution must be one of {', '.join(EXECUTIONS)}, not {mode!r}")
     if mode == "per-step":

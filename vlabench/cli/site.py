@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from vlabench.cli.options import Bounds, number_option, run_option
-from vlabench.cli.views.console import markup_safe, stdout, warn_skipped
+from vlabench.cli.views.console import markup_safe, stderr, stdout, warn_skipped
+from vlabench.cli.views.site import BuildProgress
 
 
 def build(
@@ -46,7 +47,8 @@ def build(
         raise InputError(f"--execution {execution!r} is not one of {', '.join(EXECUTIONS)}")
     model = ExecutionModel(mode=execution, actions_per_chunk=chunk)  # type: ignore[arg-type]
     with_projections = not paths if projected is None else projected
-    report = build_site(paths or [], out_dir, priority, control_hz, model, with_projections)  # type: ignore[arg-type]
+    with BuildProgress(stderr) as progress:
+        report = build_site(paths or [], out_dir, priority, control_hz, model, with_projections, progress)  # type: ignore[arg-type]
     warn_skipped(report.skipped)
     stdout.print(
         f"site: [bold]{markup_safe(report.site)}[/] ({report.rows} leaderboard rows from {report.runs} results, "
