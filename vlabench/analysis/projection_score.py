@@ -222,7 +222,8 @@ class FittedModel(BaseModel):
         return self.bands.band(stack, device_class).value
 
 
-def _entries() -> list[ReportedLatency]:
+def published_entries() -> list[ReportedLatency]:
+    """Every published entry with an e2e latency (what the model is fitted on and scored against)."""
     return [e for e in reported_latencies() if "e2e" in e.phases_ms]
 
 
@@ -247,7 +248,7 @@ def _fit_identity(entries: list[ReportedLatency]) -> dict:
 @cache
 def fitted_parameters() -> FittedParameters:
     """The parameters fitted on every entry of ``profiles/reported/latencies.yaml`` (memory, disk cache, or fit)."""
-    return parameters_for(_entries())
+    return parameters_for(published_entries())
 
 
 def parameters_for(entries: list[ReportedLatency]) -> FittedParameters:
@@ -276,7 +277,7 @@ class ScoreList(BaseModel):
 def fitted_model() -> FittedModel:
     """The parameters with the leave-one-source-out scores and the bands they give (memory, disk cache, or fitted:
     one fit per source)."""
-    entries = _entries()
+    entries = published_entries()
     scores = scores_for(entries, "loso")
     classes = {e.device: load_device_profile(e.device).device_class for e in entries}
     return FittedModel(parameters=parameters_for(entries), scores=scores, bands=band_table(scores, classes))
