@@ -251,9 +251,8 @@ def deployment_footprint(
     exporter's build-time copies. ``traced``: (K/V, activation) bytes of a traced family at fp32."""
     quantized = Precision.is_quantized(precision)
     size = DEPLOYED_FLOAT if quantized else int(Precision.BYTES[precision])
-    params = count_parameters(spec)
+    params, linear = parameter_split(spec)
     if quantized:
-        linear, _ = linear_parameters(spec)
         weights = int(linear * Precision.BYTES[precision] * (1 + QUANT_OVERHEAD) + (params - linear) * DEPLOYED_FLOAT)
     else:
         weights = int(params * size)
@@ -263,6 +262,16 @@ def deployment_footprint(
         kv_cache, activations = (int(part * size / FLOAT) for part in (traced or (0, 0)))
     inputs = (observation_elements(workload) + workload.batch * workload.chunk * workload.action_dim) * size
     return int((weights + kv_cache + activations + inputs + runtime_bytes) * HEADROOM)
+
+
+_SPLITS: dict[str, tuple[int, int]] = {}
+
+
+def parameter_split(spec: ModelSpec) -> tuple[int, int]:
+    """(every parameter, those in Linear layers) of the replica, counted once per spec in a process."""
+    if spec.spec_hash not in _SPLITS:
+        _SPLITS[spec.spec_hash] = (count_parameters(spec), linear_parameters(spec)[0])
+    return _SPLITS[spec.spec_hash]
 
 
 def traced_terms(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:

@@ -176,6 +176,8 @@ def score_projections(entries: list[ReportedLatency], scheme: Scheme = "loo") ->
     scores = []
     for group in dict.fromkeys(key(e) for e in scored):
         training = [o for e in scored if key(e) != group for o in per_entry[id(e)]]
+        if not training:  # nothing left to fit on: the group cannot be scored held out
+            continue
         params = fit(training)
         for entry in (e for e in scored if key(e) == group):
             scores += _scores(entry, params, len(training))
