@@ -36,21 +36,31 @@ class ProjectedRow(BaseModel):
         description="grouped-CV band: |reported - projected| / projected at band_quantile over held-out sources "
         "(None: no held-out entry to draw it from)"
     )
-    band_quantile: float = Field(description="the quantile the band is (split-conformal)")
-    band_basis: str = Field(
-        description="the held-out entries the band is drawn from: a stack on a class, a stack, or all"
+    # The band's provenance below defaults to None/False only for rows built by hand (tests, the site's fixtures);
+    # ``analysis.projection.project_one`` always sets every field.
+    band_quantile: float | None = Field(default=None, description="the quantile the band is (split-conformal)")
+    band_basis: str | None = Field(
+        default=None, description="the held-out entries the band is drawn from: a stack on a class, a stack, or all"
     )
-    band_coverage: float | None = Field(description="share of held-out entries of that basis inside their band")
-    uncalibrated: bool = Field(description="the stack has fewer than 3 published entries: it takes every entry's band")
+    band_coverage: float | None = Field(
+        default=None, description="share of held-out entries of that basis inside their band"
+    )
+    uncalibrated: bool = Field(
+        default=False, description="the stack has fewer than 3 published entries: it takes every entry's band"
+    )
     memory_needed_gb: float = Field(description="the model deployed by this stack at this precision")
     usable_memory_gb: float | None
     fits: bool | None
     joules_per_inference: float | None = Field(description="estimated: TDP x the utilization model")
     energy_label: Literal["estimated"] = "estimated"
     energy_method: str
-    energy_band: float | None = Field(description="relative half-width of the energy: the latency band and idle's")
+    energy_band: float | None = Field(
+        default=None, description="relative half-width of the energy: the latency band and idle's"
+    )
     idle_w: float | None
-    idle_source: str | None = Field(description="where idle_w comes from; 'estimated: ...' with its assumption")
+    idle_source: str | None = Field(
+        default=None, description="where idle_w comes from; 'estimated: ...' with its assumption"
+    )
     price_usd: float | None
     price_source: str | None
     parameters_source: str = Field(description="where the stack's fitted parameters came from")

@@ -184,6 +184,10 @@ class Gr00tHeadSpec(_Strict):
     state_hidden: int = Field(gt=0)
     decoder_hidden: int = Field(gt=0)
     future_tokens: int = Field(ge=0)
+    vl_features: Literal["pre-norm", "post-norm"] = Field(
+        default="pre-norm",
+        description="the head reads the last kept Qwen3 layer before (N1.5) or after (N1.6) the final RMSNorm",
+    )
 
 
 class Gr00tSpec(VisionLanguageSpec):
@@ -192,10 +196,6 @@ class Gr00tSpec(VisionLanguageSpec):
 
     family: Literal["gr00t"]
     adapter: AdapterSpec | None = Field(default=None, description="N1.5's VL self-attention (N1.6 has none)")
-    vl_features: Literal["pre-norm", "post-norm"] = Field(
-        default="pre-norm",
-        description="the last kept Qwen3 layer's output before (N1.5) or after (N1.6) the final RMSNorm",
-    )
     dit: DiTSpec
     head: Gr00tHeadSpec
     action: ActionSpec

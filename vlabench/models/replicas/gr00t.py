@@ -237,7 +237,7 @@ class Gr00tPolicy(nn.Module):
         order = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
         cos, sin = rope_cos_sin(valid.long().cumsum(1) - 1, self.spec.llm.head_dim, self.spec.llm.rope_theta, h.dtype)
         causal = additive_mask(block_mask(order, order, valid), h.dtype)
-        post_norm = self.spec.vl_features == "post-norm"
+        post_norm = self.spec.head.vl_features == "post-norm"
         features, _, _ = self.language_model(h, cos, sin, causal, final_norm=post_norm)
         features = self.vlln(features)
         visible = additive_mask(valid[:, None, :].expand(-1, h.shape[1], -1), h.dtype)
