@@ -103,6 +103,8 @@ def test_prompt_tokens_and_chunk_as_published_enter_the_workload():
     assert longer.prefix_tokens == default.prefix_tokens + 20 and longer.chunk == default.chunk + 5
     short, long = (entry_inputs("pi0-tiny", "rtx-4090", "bf16", 1, 4, p) for p in (0, 64))
     assert short.floor_ms("prefill") < long.floor_ms("prefill")
+    pair = entry_inputs("pi0-tiny", "rtx-4090", "bf16", 1, 4, batch=2)  # a published batch enters too
+    assert pair.floor_ms("e2e") > entry_inputs("pi0-tiny", "rtx-4090", "bf16", 1, 4).floor_ms("e2e")
 
 
 def test_a_power_mode_caps_the_ceiling_and_the_host_clock():

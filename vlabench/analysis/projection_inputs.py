@@ -75,11 +75,12 @@ def workload_for(
     steps: int | None = None,
     prompt_tokens: int | None = None,
     chunk: int | None = None,
+    batch: int = 1,
 ) -> tuple[ModelSpec, Workload]:
     """The spec (with its instruction length replaced by ``prompt_tokens`` when given) and its workload."""
     if prompt_tokens is not None and prompt_tokens != spec.language_tokens:
         spec = spec.model_copy(update={"language_tokens": prompt_tokens})
-    return spec, Workload.from_spec(spec, cameras, steps, chunk=chunk)
+    return spec, Workload.from_spec(spec, cameras, steps, chunk=chunk, batch=batch)
 
 
 def model_inputs(
@@ -91,8 +92,8 @@ def model_inputs(
     ceiling = datasheet_ceiling(profile, precision)
     if ceiling is None:
         raise InputError(f"{profile.name} has no {precision} peak and bandwidth in its profile: nothing to project on")
-    peak = ceiling.peak_tflops * (mode.compute_share or 1.0 if mode else 1.0)
-    bandwidth = ceiling.bandwidth_gbs * (mode.memory_share or 1.0 if mode else 1.0)
+    peak = ceiling.peak_tflops * ((mode.compute_share or 1.0) if mode else 1.0)
+    bandwidth = ceiling.bandwidth_gbs * ((mode.memory_share or 1.0) if mode else 1.0)
     facts = model_facts(spec, workload, precision)
     repeats = {"vision": 1, "prefill": 1, "denoise_step": workload.steps}
     named = {"vision": "vision", "prefill": "prefill", "denoise_step": "action"}
@@ -123,8 +124,9 @@ def entry_inputs(
     prompt_tokens: int | None = None,
     chunk: int | None = None,
     mode: str | None = None,
+    batch: int = 1,
 ) -> Inputs:
     """The inputs of a named model on a named device at this workload and power mode (cached per process)."""
     profile = load_device_profile(device)
-    spec, workload = workload_for(load_model_spec(model), cameras, steps, prompt_tokens, chunk)
+    spec, workload = workload_for(load_model_spec(model), cameras, steps, prompt_tokens, chunk, batch)
     return model_inputs(spec, workload, precision, profile, power_mode(profile, mode))

@@ -112,6 +112,7 @@ def inputs_of(entry: ReportedLatency) -> Inputs:
         entry.prompt_tokens,
         entry.chunk,
         entry.power_mode,
+        entry.batch,
     )
 
 
