@@ -231,15 +231,7 @@ def test_project_all_json_gives_labelled_rows_with_bands_for_every_family(tiny_e
             assert (
                 row["band_basis"] == "every entry" and row["error_band"] == document["bands"]["by_basis"]["every entry"]
             )
-    assert document["uncalibrated"] == [
-        "pytorch-compiled",
-        "jax",
-        "tuned-kernels",
-        "tensorrt",
-        "onnxruntime",
-        "openvino",
-        "ggml",
-    ]
+    assert set(document["uncalibrated"]) == set(document["error_bands"]) - {"pytorch-eager"}
 
 
 @pytest.mark.parametrize(

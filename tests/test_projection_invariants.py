@@ -14,7 +14,7 @@ import pytest
 from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.analysis.projection import project_all
 from vlabench.analysis.projection_bands import EVERY, MIN_STACK_ENTRIES
-from vlabench.analysis.projection_fit import REFERENCE_HOST_GHZ, host_terms
+from vlabench.analysis.projection_fit import OBSERVATION_SIGMA, REFERENCE_HOST_GHZ, host_terms
 from vlabench.analysis.projection_score import fitted_model, inputs_of, project_phases, published_entries
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import load_model_spec
@@ -275,7 +275,8 @@ def test_every_published_cross_device_comparison_is_reproduced_or_not_ranked_apa
 
 def test_stack_speedups_over_eager_follow_the_published_ratios():
     """Where a source timed eager and another stack on one device with one workload, the projected speedup has the
-    published direction; on GR00T N1.6's six devices (one harness) it is within 30% of the published ratio."""
+    published direction; on GR00T N1.6's six devices (one harness) it is within two standard deviations of the
+    model's stated noise on a ratio of two published latencies (each ``OBSERVATION_SIGMA`` in log)."""
     found = {id(e): (e, p) for e, p, _ in published_projections()}
     pairs = [
         (eager, other)
@@ -292,7 +293,12 @@ def test_stack_speedups_over_eager_follow_the_published_ratios():
         if published >= 1.2:
             assert projected > 1.0, (eager.source_group, eager.model, eager.device, other.stack)
         if eager.source_group == "isaac-gr00t":
-            assert projected == pytest.approx(published, rel=0.3), (eager.device, other.stack, published, projected)
+            assert abs(math.log(projected / published)) <= 2 * math.sqrt(2) * OBSERVATION_SIGMA, (
+                eager.device,
+                other.stack,
+                published,
+                projected,
+            )
 
 
 def test_every_band_is_the_grouped_cv_band_and_thin_stacks_are_uncalibrated(rows):

@@ -12,7 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from vlabench.yaml_data import load_packaged
 
 StackName = Literal[
-    "jax", "pytorch-eager", "pytorch-compiled", "tuned-kernels", "tensorrt", "ggml", "onnxruntime", "openvino"
+    "jax",
+    "pytorch-eager",
+    "pytorch-compiled",
+    "pytorch-compiled-max-autotune",
+    "tuned-kernels",
+    "tensorrt",
+    "ggml",
+    "onnxruntime",
+    "openvino",
 ]
 ReportedPhase = Literal["vision", "prefill", "prefix", "action", "e2e"]
 """A published phase: ``prefix`` is vision + prefill where a source does not split them."""
