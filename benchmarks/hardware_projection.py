@@ -6,11 +6,11 @@
 For every model and device it runs the command a user would run, ``vlabench project --model M --device D --stack
 pytorch-eager --json``: the fitted projection model (roofline / achieved share of peak + kernels × (cost per kernel
 × host factor + device-side time per kernel), parameters fitted on ``profiles/reported/latencies.yaml``) with the
-stack's leave-one-out error band, and gates the projected latency with ``analysis.cet.gate`` (per-step: one
-inference per control step). Every figure is a projection (labelled ``projected``), never a measurement. Prints a
-Markdown table; for each model, a device whose error band overlaps the next faster device's is marked as not
-ranked apart from it. ``--json-out`` writes the commands and their rows (the artifact ``benchmarks/render_docs.py``
-renders).
+grouped-CV band of the stack on the device's class, and gates the projected latency with ``analysis.cet.gate``
+(per-step: one inference per control step). Every figure is a projection (labelled ``projected``), never a
+measurement. Prints a Markdown table; for each model, a device whose error band overlaps the next faster device's
+is marked as not ranked apart from it. ``--json-out`` writes the commands and their rows (the artifact
+``benchmarks/render_docs.py`` renders).
 """
 
 from __future__ import annotations

@@ -246,9 +246,11 @@ def render_hardware(root: Path) -> str:
     intro = (
         f"All figures **projected** (not measured) for the `{doc['stack']}` stack by `vlabench project`: per-operator "
         "roofline at the stack's fitted shares of peak compute and bandwidth + kernels × cost per kernel × the "
-        "device's host factor, fitted on the published latencies (`profiles/reported/latencies.yaml`); discrete "
-        "cards in the reference desktop host. *GB on device*: the memory a model may use (on a Jetson, what the OS "
-        "and the CUDA context leave). *error band*: the stack's median leave-one-out error; *within the band of*: "
+        "device's host factor, fitted on the published latencies (`profiles/reported/latencies.yaml`); each device "
+        "in its class's host (a datacenter card in a server, a desktop card in a desktop). *GB on device*: the "
+        "memory a model may use (on a Jetson, what the OS and the CUDA context leave), against the model deployed by "
+        "the stack at the precision. *error band*: the split-conformal 80% quantile of the stack's "
+        "leave-one-source-out errors on the device's class; *within the band of*: "
         "the next faster device whose band overlaps this one's, so the two are not ranked apart. Rows are in "
         "projected order per model. The gate is per-step: one inference per control step."
     )
@@ -262,6 +264,7 @@ def render_projection_error(root: Path) -> str:
         e = s["entry"]
         rows.append(
             [
+                e.get("group") or "—",
                 e["model"],
                 e["device"],
                 e["stack"],
@@ -269,11 +272,11 @@ def render_projection_error(root: Path) -> str:
                 s["phase"],
                 f"{s['reported_ms']:g}",
                 f"{ms(s['floor_ms'])} ({signed_pct(s['floor_error'])})",
-                f"{s['kernels']:,}",
                 f"{ms(s['projected_ms'])} ({signed_pct(s['projected_error'])})",
             ]
         )
     header = [
+        "source",
         "model",
         "device",
         "stack",
@@ -281,51 +284,93 @@ def render_projection_error(root: Path) -> str:
         "phase",
         "reported ms",
         "floor ms (error)",
-        "kernels",
-        "projected ms (error, leave-one-out)",
+        "projected ms (error, leave-one-source-out)",
     ]
-    params = doc["parameters"]
-    stacks = [
-        [
-            name,
-            pct(value["share_of_peak"], 1),
-            pct(value["share_of_bandwidth"], 1),
-            f"{value['dispatch_us']:.2f}",
-            str(value["observations"]),
-            pct(doc["error_bands"][name]),
+    medians = doc["median_abs_projected_error"]
+    bands = doc["bands"]
+    count = doc["e2e_entries"]
+    headline = [
+        f"- median |error| leave-one-out: {pct(medians['loo'], 1)} over {count} entries",
+        f"- median |error| leave-one-source-out: {pct(medians['loso'], 1)} over {count} entries from "
+        f"{doc['sources']} sources",
+        f"- median |error| leave-one-device-out: {pct(medians['lodo'], 1)} over {count} entries",
+        f"- band coverage: {pct(bands['overall_coverage'], 1)} of held-out entries inside their band "
+        f"(split-conformal {pct(doc['band_quantile'])} quantile of leave-one-source-out errors)",
+        f"- median |error| of the roofline floor alone: {pct(doc['median_abs_floor_error'])}",
+    ]
+    grouped = []
+    for name, title in (("stack", "stack"), ("device class", "device class"), ("phase", "phase"), ("source", "source")):
+        lines = [
+            [
+                f"`{key}`",
+                str(value["entries"]),
+                pct(value["median_abs_error"]),
+                signed_pct(value["median_error"]),
+                pct(doc["tables"]["lodo"][name][key]["median_abs_error"]),
+            ]
+            for key, value in doc["tables"]["loso"][name].items()
         ]
-        for name, value in params["stacks"].items()
-    ]
-    groups = [
-        [f"{kind} `{name}`", str(value["entries"]), pct(value["median_abs_projected_error"])]
-        for kind, key in (("stack", "per_stack"), ("class", "per_device_class"))
-        for name, value in doc[key].items()
-    ]
+        grouped += [
+            f"Per {title}:",
+            "",
+            table(
+                [title, "entries", "median abs. error (source held out)", "median error", "(device held out)"],
+                lines,
+                "lrrrr",
+            ),
+            "",
+        ]
+    params = doc["parameters"]
+    stack_rows = []
+    for name, value in params["stacks"].items():
+        band = doc["stack_bands"][name]
+        stack_rows.append(
+            [
+                f"`{name}`",
+                pct(value["share_of_peak"], 1),
+                pct(value["share_of_bandwidth"], 1),
+                f"{value['dispatch_us']:.2f}",
+                str(value["observations"]),
+                ("—" if band["value"] is None else f"±{band['value'] * 100:.0f}%")
+                + (" uncalibrated" if band["uncalibrated"] else ""),
+                band["basis"],
+                pct(band["coverage"]),
+            ]
+        )
     hosts = params["hosts"]
     effects = [f"{name} class ×{math.exp(v):.3g}" for name, v in hosts["class_effects"].items()]
     effects += [f"{name} launch path ×{math.exp(v):.3g}" for name, v in hosts["path_effects"].items()]
     effects += [f"`{name}` core ×{math.exp(v):.3g}" for name, v in hosts["core_effects"].items()]
     factors = ", ".join(f"`{device}` ×{value:.3g}" for device, value in params["host_factor"].items())
     lines = [
-        table(header, rows, "llllrrrrr"),
+        *headline,
         "",
-        f"End-to-end entries: {doc['e2e_entries']}; median |error| of the floor: "
-        f"{pct(doc['median_abs_floor_error'])}; median |error| projected (leave-one-out): "
-        f"{pct(doc['median_abs_projected_error'], 1)} over {doc['e2e_entries']}. Per stack and per device class:",
-        "",
-        table(["entries of", "entries", "median abs. error (leave-one-out)"], groups, "lrr"),
-        "",
-        "Parameters fitted on every entry (each entry above was projected with parameters fitted without it):",
+        *grouped,
+        "Parameters fitted on every entry, and each stack's band (the entries it is drawn from, and the share of "
+        "held-out entries of that pool inside their own band):",
         "",
         table(
-            ["stack", "share of peak", "share of bandwidth", "µs per kernel", "entries", "leave-one-out band"],
-            stacks,
-            "lrrrrr",
+            [
+                "stack",
+                "share of peak",
+                "share of bandwidth",
+                "µs per kernel",
+                "published latencies",
+                "band",
+                "drawn from",
+                "coverage",
+            ],
+            stack_rows,
+            "lrrrrrlr",
         ),
         "",
         "Host model, fitted jointly (log host factor = class + launch path + core + slope × log(reference clock / "
-        f"board CPU clock)): {'; '.join(effects)}; clock slope {hosts['clock_slope']:.2f}. The host factors of the "
+        f"host CPU clock)): {'; '.join(effects)}; clock slope {hosts['clock_slope']:.2f}. The host factors of the "
         f"devices with entries: {factors}.",
+        "",
+        "Every published phase, its source held out:",
+        "",
+        table(header, rows, "lllllrrrr"),
         "",
         provenance(meta),
     ]

@@ -19,6 +19,7 @@ from vlabench.analysis.projection_fit import (
     HostTerms,
     Observation,
     StackParameters,
+    Term,
     fit,
     host_terms,
 )
@@ -34,6 +35,7 @@ TINY = [
     "act-tiny",
     "diffusion-policy-tiny",
     "gr00t-n1.5-tiny",
+    "gr00t-n1.6-tiny",
     "openvla-7b-tiny",
     "openvla-oft-tiny",
     "pi0-fast-tiny",
@@ -53,6 +55,7 @@ def entry(model: str, device: str, stack: str, ms: float, precision: str = "bf16
         steps=Workload.from_spec(spec).steps,
         stack=stack,
         phases_ms={"e2e": ms},
+        group=f"test source {model} {device}",
         source="test data, not a published figure",
     )
 
@@ -89,6 +92,9 @@ def params(jetson: float = 1.0, core: float = 1.0) -> FittedParameters:
             "pytorch-compiled": StackParameters(
                 share_of_peak=0.5, share_of_bandwidth=0.8, dispatch_us=4.0, fitted_on="x", observations=1
             ),
+            "tensorrt": StackParameters(
+                share_of_peak=0.5, share_of_bandwidth=0.8, dispatch_us=4.0, fitted_on="pytorch-compiled", observations=0
+            ),
         },
         kernel_gflop=0.2,
         hosts=HostModel(
@@ -120,7 +126,9 @@ def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host_p
             "fused": {"vision": 10, "prefill": 20, "action": 40, "e2e": 70},
         },
     )
-    assert inputs.roofline_ms == pytest.approx({"vision": 11.0, "prefill": 22.0, "action": 44.0, "e2e": 77.0})
+    assert inputs.roofline_ms == pytest.approx(
+        {"vision": 11.0, "prefill": 22.0, "prefix": 33.0, "action": 44.0, "e2e": 77.0}
+    )
     eager = project_phases(inputs, params(jetson=3.0), "pytorch-eager", THOR)
     device_ms = 0.2 / 100.0  # kernel_gflop / peak: the device-side time of every kernel
     # compute-bound operators at the share of peak, memory-bound ones at the share of bandwidth
@@ -130,12 +138,17 @@ def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host_p
     compiled = project_phases(inputs, params(jetson=3.0), "pytorch-compiled", THOR)
     assert compiled.kernels["action"] == 40  # the fused count
     assert compiled.phases_ms["action"] == pytest.approx(40 / 0.5 + 4 / 0.8 + 40 * (4e-3 * 3.0 + device_ms))
-    # tensorrt borrows its stack's parameters; a board CPU multiplies in its core and (reference / clock)^slope
+    # a stack with no entry of its own says whose prior it took; a board CPU multiplies in its core and
+    # (reference / clock)^slope
     nano = host_terms(load_device_profile("jetson-orin-nano-8gb"))
     other = project_phases(inputs, params(jetson=3.0, core=2.0), "tensorrt", nano)
     assert other.host_factor == pytest.approx(3.0 * 2.0 * REFERENCE_HOST_GHZ / nano.clock_ghz)
-    assert "borrowed from pytorch-compiled" in other.parameters_source
+    assert "its parent pytorch-compiled's" in other.parameters_source
     assert "cortex-a78ae core 2" in other.parameters_source and "jetson class 3" in other.parameters_source
+    # a phase run by another stack (GR00T's benchmark compiles only the action head) takes that stack's terms
+    mixed = project_phases(inputs, params(jetson=3.0), "pytorch-compiled", THOR, {"prefix": "pytorch-eager"})
+    assert mixed.phases_ms["prefill"] == pytest.approx(eager.phases_ms["prefill"])
+    assert mixed.phases_ms["action"] == pytest.approx(compiled.phases_ms["action"])
 
 
 def test_fused_stacks_launch_fewer_kernels_than_eager():
@@ -171,8 +184,8 @@ def test_the_fit_recovers_parameters_of_noiseless_data():
             floor = compute / truth["share"] + memory / truth["bandwidth"]
             ms = floor + kernels * (truth["dispatch_ms"] * host + truth["gflop"] / peak)
             terms = host_terms(load_device_profile(device))
-            label = f"{i} {device}"
-            observations.append(Observation(label, "pytorch-eager", device, terms, mix, kernels, peak, ms))
+            term = Term("pytorch-eager", mix, kernels, peak)
+            observations.append(Observation(f"{i} {device}", f"source {i}", device, terms, (term,), ms))
     fitted = fit(observations)
     assert fitted.stacks["pytorch-eager"].share_of_peak == pytest.approx(truth["share"], rel=0.05)
     assert fitted.stacks["pytorch-eager"].share_of_bandwidth == pytest.approx(truth["bandwidth"], rel=0.05)
@@ -194,6 +207,8 @@ def test_leave_one_out_never_uses_the_held_out_entry():
 
 
 def test_project_all_json_gives_labelled_rows_with_bands_for_every_family(tiny_entries, tmp_path):
+    """Every family projects; a stack with fewer than three published entries is marked uncalibrated and takes the
+    band of every entry, never one of its own."""
     out = tmp_path / "projected.json"
     args = ["project", "--all", *[a for m in TINY for a in ("--model", m)], "--device", "rtx-4090"]
     result = CliRunner().invoke(app, [*args, "--precision", "bf16", "--json", "--out", str(out)])
@@ -210,10 +225,13 @@ def test_project_all_json_gives_labelled_rows_with_bands_for_every_family(tiny_e
         )
         assert row["inference_hz"] == pytest.approx(1000 / row["phases_ms"]["e2e"])
         assert row["joules_per_inference"] > 0 and row["fits"] is True
-        if row["stack"] in ("pytorch-eager", "pytorch-compiled"):
-            assert row["error_band"] > 0  # scored leave-one-out on its own entries
-        else:
-            assert row["error_band"] is None  # no entry of its own: no band is invented
+        assert row["error_band"] > 0 and 0 <= row["band_coverage"] <= 1
+        assert row["uncalibrated"] == (row["stack"] != "pytorch-eager")  # 4 eager entries, 2 compiled, none else
+        if row["uncalibrated"]:
+            assert (
+                row["band_basis"] == "every entry" and row["error_band"] == document["bands"]["by_basis"]["every entry"]
+            )
+    assert set(document["uncalibrated"]) == set(document["error_bands"]) - {"pytorch-eager"}
 
 
 @pytest.mark.parametrize(
@@ -302,7 +320,7 @@ def test_traced_facts_are_cached_on_disk_and_keyed_by_what_they_depend_on(fresh_
 
 def test_the_fit_is_cached_and_refitted_when_an_entry_changes(fresh_cache, tiny_entries, monkeypatch):
     first = projection_score.fitted_model()
-    assert len(list((fresh_cache / "loo").glob("*.json"))) == 1
+    assert len(list((fresh_cache / "scores-loso").glob("*.json"))) == 1
     projection_score.fitted_parameters.cache_clear()
     projection_score.fitted_model.cache_clear()
     calls = []
@@ -313,7 +331,8 @@ def test_the_fit_is_cached_and_refitted_when_an_entry_changes(fresh_cache, tiny_
     projection_score.fitted_parameters.cache_clear()
     projection_score.fitted_model.cache_clear()
     projection_score.fitted_model()
-    assert len(calls) == 1 + len(changed)  # the all-entries fit and one leave-one-out fit per entry
+    # the all-entries fit and one fit per held-out source: entries of one source are held out together
+    assert len(calls) == 1 + len({e.source_group for e in changed}) == 1 + 4
 
 
 @pytest.mark.parametrize("model", ["act-tiny", "smolvla-tiny"])  # traced operators; analytic ones over 10 steps

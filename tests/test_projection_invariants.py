@@ -13,8 +13,9 @@ import pytest
 
 from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.analysis.projection import project_all
-from vlabench.analysis.projection_fit import REFERENCE_HOST_GHZ, host_terms
-from vlabench.analysis.projection_score import fitted_model
+from vlabench.analysis.projection_bands import EVERY, MIN_STACK_ENTRIES
+from vlabench.analysis.projection_fit import OBSERVATION_SIGMA, REFERENCE_HOST_GHZ, host_terms
+from vlabench.analysis.projection_score import fitted_model, inputs_of, project_phases, published_entries
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
@@ -28,22 +29,21 @@ def rows() -> list[ProjectedRow]:
     return project_all()
 
 
-def same_host(a: DeviceProfile, b: DeviceProfile) -> bool:
-    """Whether ``a`` launches kernels at least as fast as ``b`` on paper: the same launch path and either both
-    discrete cards (projected in the reference host) or the same board CPU core at an equal or higher clock."""
-    if a.torch_device != b.torch_device:
-        return False
-    if a.host_cpu is None or b.host_cpu is None:
-        return a.host_cpu is None and b.host_cpu is None
-    return a.host_cpu.core == b.host_cpu.core and a.host_cpu.max_ghz >= b.host_cpu.max_ghz
+def host_no_slower(a: DeviceProfile, b: DeviceProfile) -> bool:
+    """Whether ``a`` launches kernels at least as fast as ``b``: the same launch path and a fitted host factor no
+    larger (a server's host is not a desktop's: a datacenter card is not assumed to dispatch as fast)."""
+    params = fitted_model().parameters
+    factor = {p.name: params.host(host_terms(p))[0] for p in (a, b)}
+    return a.torch_device == b.torch_device and factor[a.name] <= factor[b.name] * (1 + 1e-12)
 
 
 def at_least_as_fast_on_paper(a: ProjectedRow, b: ProjectedRow) -> bool:
+    """Dominance given peak, bandwidth and host."""
     pa, pb = load_device_profile(a.device), load_device_profile(b.device)
     return (
         pa.peak_tflops[a.precision].value >= pb.peak_tflops[b.precision].value
         and pa.bandwidth_gbs.value >= pb.bandwidth_gbs.value
-        and same_host(pa, pb)
+        and host_no_slower(pa, pb)
     )
 
 
@@ -67,23 +67,24 @@ def dominance_violations(rows: list[ProjectedRow]) -> tuple[list[str], int]:
     return violations, compared
 
 
-def test_a_device_at_least_as_fast_on_paper_is_never_projected_slower(rows):
+def test_a_device_at_least_as_fast_on_paper_and_host_is_never_projected_slower(rows):
     violations, compared = dominance_violations(rows)
     assert not violations, "\n".join(violations[:20])
     assert compared > 1000
     pairs = {(r.device, r.model) for r in rows}
     # the pairs users reported ordered wrongly are among those compared
     assert {("h200", "pi0"), ("rtx-4090", "pi0"), ("jetson-orin-nano-8gb", "smolvla")} <= pairs
+    # a server's host is fitted, not pinned to a desktop's: the H200 does not dominate the RTX 5090 by construction
+    assert not host_no_slower(load_device_profile("h200"), load_device_profile("rtx-5090"))
 
 
 @pytest.mark.parametrize(
     ("faster", "slower"),
     [
-        ("h200", "rtx-4090"),
-        ("h100-sxm", "rtx-4090"),
-        ("a100-80gb", "rtx-4090"),
+        ("h200", "h100-sxm"),
+        ("h200", "a100-80gb"),
         ("rtx-5090", "rtx-4090"),
-        ("h200", "rtx-5090"),
+        ("rtx-5090", "rtx-3090"),
         ("jetson-agx-orin-64gb", "jetson-orin-nano-8gb"),
         ("jetson-agx-orin-64gb", "jetson-agx-orin-32gb"),
         ("jetson-agx-orin-64gb", "jetson-orin-nx-16gb"),
@@ -181,20 +182,21 @@ def test_phases_add_up_and_every_row_is_labelled_projected(rows):
 
 def test_a_device_without_entries_takes_its_class_and_covariates_never_another_devices_factor():
     params = fitted_model().parameters
-    # a discrete CUDA card is projected in the reference host, whatever another card's factor (the Arc B60's path)
-    for name in ("h200", "h100-pcie", "a100-80gb", "l4", "l40s", "rtx-5090"):
+    hosts = params.hosts
+    # discrete cards of one class share their class's host (a server's, a desktop's); the desktop is the reference
+    datacenter = {params.host(host_terms(load_device_profile(n)))[0] for n in ("h200", "h100-pcie", "l4", "l40s")}
+    assert datacenter == {math.exp(hosts.class_effects["datacenter-gpu"])} and datacenter != {1.0}
+    for name in ("rtx-5090", "rtx-3090"):
         assert params.host(host_terms(load_device_profile(name)))[0] == 1.0
     assert params.host(host_terms(load_device_profile("arc-pro-b60")))[0] != 1.0
-    # an Orin without entries: the Jetson class, the Cortex-A78AE core and its own clock
+    # an Orin without entries of its own stack: the Jetson class, the Cortex-A78AE core and its own clock
     nano = host_terms(load_device_profile("jetson-orin-nano-8gb"))
-    hosts = params.hosts
     expected = math.exp(
         hosts.class_effects["jetson"]
         + hosts.core_effects["cortex-a78ae"]
         + hosts.clock_slope * math.log(REFERENCE_HOST_GHZ / nano.clock_ghz)
     )
     assert params.host(nano)[0] == pytest.approx(expected)
-    assert not any("jetson-orin-nano-8gb" in label and "pytorch" in label for label in params.observations)
     # the two AGX Orin modules share one host (the same cores at the same clock), hence one factor
     agx = [params.host(host_terms(load_device_profile(f"jetson-agx-orin-{size}")))[0] for size in ("32gb", "64gb")]
     assert agx[0] == agx[1]
@@ -203,7 +205,7 @@ def test_a_device_without_entries_takes_its_class_and_covariates_never_another_d
 def test_every_published_entry_is_above_its_roofline_floor():
     """A published latency below the datasheet roofline floor is physically impossible: a typo or a wrong SKU."""
     scores = [s for s in fitted_model().scores if s.phase == "e2e"]
-    assert len(scores) >= 35
+    assert len(scores) >= 80
     for score in scores:
         assert score.floor_ms <= score.reported_ms, (score.entry.model, score.entry.device, score.entry.source)
 
@@ -215,3 +217,109 @@ def test_the_readme_hardware_table_orders_devices_as_their_datasheets():
     violations, compared = dominance_violations(rows)
     assert not violations, violations
     assert compared >= len({r.model for r in rows})
+
+
+def test_a_quantized_footprint_is_never_above_the_16_bit_one_of_the_same_stack(rows):
+    by_key = {(r.model, r.device, r.stack, r.precision): r for r in rows}
+    compared = 0
+    for (model, device, stack, precision), row in by_key.items():
+        if precision not in ("int8", "fp8"):
+            continue
+        for sixteen in ("bf16", "fp16"):
+            other = by_key.get((model, device, stack, sixteen))
+            if other is not None:
+                assert row.memory_needed_gb <= other.memory_needed_gb, (model, device, stack, precision)
+                compared += 1
+    assert compared > 300
+    # and the footprint is the stack's own: a runtime with its own arena needs more than the eager one
+    pair = (by_key[("pi0", "rtx-4090", "pytorch-eager", "bf16")], by_key[("pi0", "rtx-4090", "tensorrt", "bf16")])
+    assert pair[0].memory_needed_gb < pair[1].memory_needed_gb
+
+
+def published_projections() -> list[tuple]:
+    """(entry, projected e2e, its band) of every published e2e entry, with the parameters fitted on every entry."""
+    model = fitted_model()
+    found = []
+    for entry in published_entries():
+        projected = project_phases(inputs_of(entry), model.parameters, entry.stack, phase_stacks=entry.phase_stacks)
+        band = model.error_band(entry.stack, load_device_profile(entry.device).device_class)
+        found.append((entry, projected.phases_ms["e2e"], band))
+    return found
+
+
+def workload_key(entry) -> tuple:
+    fields = ("model", "precision", "cameras", "steps", "prompt_tokens", "chunk", "batch", "power_mode")
+    return (entry.source_group, *(getattr(entry, name) for name in fields), tuple(sorted(entry.phase_stacks.items())))
+
+
+def test_every_published_cross_device_comparison_is_reproduced_or_not_ranked_apart():
+    """Two devices one source measured with the same workload and stack: the projection orders them as published,
+    or their bands overlap, so the site does not rank them apart; never the opposite order with separate bands."""
+    found = published_projections()
+    contradictions, reversed_close, compared = [], [], 0
+    for (a, pa, ba), (b, pb, bb) in itertools.combinations(found, 2):
+        if a.device == b.device or a.stack != b.stack or workload_key(a) != workload_key(b):
+            continue
+        compared += 1
+        if (a.model_e2e_ms - b.model_e2e_ms) * (pa - pb) >= 0:
+            continue
+        apart = pa * (1 + ba) < pb * (1 - bb) or pb * (1 + bb) < pa * (1 - ba)
+        (contradictions if apart else reversed_close).append(f"{a.model} {a.stack}: {a.device} vs {b.device}")
+    assert not contradictions, contradictions
+    assert compared > 80 and len(reversed_close) <= 0.05 * compared, reversed_close
+    # the issue's case: one harness measured GR00T N1.6 eager 56 ms (host time aside) on the RTX 5090 against 73 on
+    # the H100; a desktop card is no longer projected slower than a server one by construction
+    gr00t = {(e.device, e.stack): p for e, p, _ in found if e.source_group == "isaac-gr00t" and e.model == "gr00t-n1.6"}
+    assert gr00t[("rtx-5090", "pytorch-eager")] < gr00t[("h100-sxm", "pytorch-eager")]
+
+
+def test_stack_speedups_over_eager_follow_the_published_ratios():
+    """Where a source timed eager and another stack on one device with one workload, the projected speedup has the
+    published direction; on GR00T N1.6's six devices (one harness) it is within two standard deviations of the
+    model's stated noise on a ratio of two published latencies (each ``OBSERVATION_SIGMA`` in log)."""
+    found = {id(e): (e, p) for e, p, _ in published_projections()}
+    pairs = [
+        (eager, other)
+        for eager, _ in found.values()
+        for other, _ in found.values()
+        if eager.stack == "pytorch-eager" != other.stack
+        and eager.device == other.device
+        and workload_key(eager)[:-1] == workload_key(other)[:-1]
+    ]
+    assert len(pairs) >= 15
+    for eager, other in pairs:
+        published = eager.model_e2e_ms / other.model_e2e_ms
+        projected = found[id(eager)][1] / found[id(other)][1]
+        if published >= 1.2:
+            assert projected > 1.0, (eager.source_group, eager.model, eager.device, other.stack)
+        if eager.source_group == "isaac-gr00t":
+            assert abs(math.log(projected / published)) <= 2 * math.sqrt(2) * OBSERVATION_SIGMA, (
+                eager.device,
+                other.stack,
+                published,
+                projected,
+            )
+
+
+def test_every_band_is_the_grouped_cv_band_and_thin_stacks_are_uncalibrated(rows):
+    model = fitted_model()
+    counts = model.bands.stack_entries
+    for row in rows:
+        band = model.bands.band(row.stack, load_device_profile(row.device).device_class)
+        assert (row.error_band, row.band_basis, row.band_coverage) == (band.value, band.basis, band.coverage)
+        assert row.uncalibrated == (counts.get(row.stack, 0) < MIN_STACK_ENTRIES)
+        if row.uncalibrated:
+            assert row.band_basis == EVERY and row.error_band == model.bands.by_basis[EVERY]
+    assert {r.stack for r in rows if r.uncalibrated} >= {"onnxruntime", "openvino"}
+    assert 0.5 < model.bands.overall_coverage <= 1.0
+
+
+def test_an_estimated_idle_power_is_labelled_and_widens_the_energy_band(rows):
+    estimated = [r for r in rows if r.idle_source and r.idle_source.startswith("estimated")]
+    cited = [r for r in rows if r.idle_source and r.idle_source.startswith("profile")]
+    assert estimated and cited
+    assert all(r.energy_band > (r.error_band or 0) for r in estimated)
+    assert all(r.energy_band == pytest.approx(r.error_band or 0) for r in cited)
+    # a desktop card's estimate follows the cited desktop idle powers, not a flat share of TDP
+    five = next(r for r in estimated if r.device == "rtx-5090")
+    assert five.idle_w < 0.1 * load_device_profile("rtx-5090").tdp_w.value

@@ -234,3 +234,51 @@ def check_fits_together(spec: ModelSpec, footprints: list[Footprint], device: to
     footprint's breakdown, their sum as the total)."""
     combined = footprints[0].model_copy(update={"total_bytes": sum(footprint.total_bytes for footprint in footprints)})
     check_fits(spec, combined, device, precision)
+
+
+DEPLOYED_FLOAT = 2
+"""Bytes per element of what a quantized deployment keeps in floating point (embeddings, norms, activations): its
+16-bit compute precision, as torchao's weight-only layers, TensorRT's int8/fp8 engines and ggml run them."""
+
+
+def deployment_footprint(
+    spec: ModelSpec, workload: Workload, precision: str, runtime_bytes: int, traced: tuple[int, int] | None = None
+) -> int:
+    """Resident bytes of the model deployed at ``precision`` by a stack whose runtime holds ``runtime_bytes``: the
+    weights (quantized Linear layers at their bytes plus scales, everything else at 16 bits; float precisions whole),
+    the prefix K/V cache and the largest transient activations at the precision the stack computes in (16 bits for a
+    quantized deployment), without vlabench's own measuring buffers (seeded input copies, timing records) or an
+    exporter's build-time copies. ``traced``: (K/V, activation) bytes of a traced family at fp32."""
+    quantized = Precision.is_quantized(precision)
+    size = DEPLOYED_FLOAT if quantized else int(Precision.BYTES[precision])
+    params, linear = parameter_split(spec)
+    if quantized:
+        weights = int(linear * Precision.BYTES[precision] * (1 + QUANT_OVERHEAD) + (params - linear) * DEPLOYED_FLOAT)
+    else:
+        weights = int(params * size)
+    if isinstance(spec, FlowVLASpec):
+        kv_cache, activations = flow_vla_terms(spec, workload, size, exported=False)
+    else:
+        kv_cache, activations = (int(part * size / FLOAT) for part in (traced or (0, 0)))
+    inputs = (observation_elements(workload) + workload.batch * workload.chunk * workload.action_dim) * size
+    return int((weights + kv_cache + activations + inputs + runtime_bytes) * HEADROOM)
+
+
+_SPLITS: dict[str, tuple[int, int]] = {}
+
+
+def parameter_split(spec: ModelSpec) -> tuple[int, int]:
+    """(every parameter, those in Linear layers) of the replica, counted once per spec in a process."""
+    if spec.spec_hash not in _SPLITS:
+        _SPLITS[spec.spec_hash] = (count_parameters(spec), linear_parameters(spec)[0])
+    return _SPLITS[spec.spec_hash]
+
+
+def traced_terms(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
+    """(K/V, activation) bytes at fp32 of a family counted from its traced operators (None: counted analytically)."""
+    if isinstance(spec, FlowVLASpec):
+        return None
+    from vlabench.analysis.flops_traced import trace_operators
+
+    ops = trace_operators(spec, workload, "fp32")
+    return int(max(op.kv_read_bytes for op in ops)), int(2 * max(op.activation_bytes for op in ops))

@@ -33,7 +33,7 @@ class OperatorMix:
     def of(cls, flops: list[float], moved: list[float], peak_tflops: float, bandwidth_gbs: float) -> OperatorMix:
         """The mix of operators with these FLOPs and bytes on a device with this peak and bandwidth."""
         f, b = np.asarray(flops, dtype=float), np.asarray(moved, dtype=float)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             log_intensity = np.clip(np.log(f) - np.log(b), -LOG_INTENSITY_LIMIT, LOG_INTENSITY_LIMIT)
         log_intensity = np.where((f == 0) & (b == 0), 0.0, log_intensity)
         order = np.argsort(log_intensity, kind="stable")
@@ -92,9 +92,16 @@ class MixStack:
 
     def floors(self, shares: np.ndarray, bandwidth_shares: np.ndarray) -> np.ndarray:
         """``mixes[i].floor_ms(shares[i], bandwidth_shares[i])`` for every mix i."""
+        compute, memory = self.parts(shares, bandwidth_shares)
+        return compute + memory
+
+    def parts(self, shares: np.ndarray, bandwidth_shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every mix's floor split into its compute-bound and its memory-bound operators' time (ms): each is
+        inversely proportional to its achieved rate, which gives the fit its derivatives (the split moves only where
+        an operator's two times are equal)."""
         rate, stream = self.peaks * shares, self.bandwidths * bandwidth_shares
         thresholds = np.log(rate / stream) + np.arange(rate.size) * self.GAP
         split = np.clip(np.searchsorted(self.keys, thresholds, side="left"), self.starts, self.ends)
         compute = (self.cum_flops[self.ends] - self.cum_flops[split]) / rate
         memory = (self.cum_bytes[split] - self.cum_bytes[self.starts]) / stream
-        return compute + memory
+        return compute, memory

@@ -1,8 +1,11 @@
 """The contract between the projection model and its readers (``vlabench project``, the leaderboard site).
 
 A ``ProjectedRow`` is one (model, device, stack, precision) the profiles allow, projected, never measured: every
-figure in it is labelled ``projected`` (latency) or ``estimated`` (energy), with the leave-one-out error band of
-the stack that produced it.
+figure in it is labelled ``projected`` (latency) or ``estimated`` (energy). Its ``error_band`` is the grouped-CV band
+of its stack on its device class (``analysis.projection_bands``: the split-conformal quantile of leave-one-source-out
+errors, with the basis it was drawn from and the share of held-out entries it covered); a stack with fewer than three
+published entries is ``uncalibrated`` and takes the band of every entry. Its energy band adds the idle power's
+uncertainty where the profile cites none.
 """
 
 from __future__ import annotations
@@ -28,16 +31,36 @@ class ProjectedRow(BaseModel):
         description="projected latency per phase; e2e is their sum"
     )
     kernel_counts: dict[str, int] = Field(description="kernels launched per phase, counted from the traced graph")
+    power_mode: str | None = Field(default=None, description="the power mode projected (None: the profile's maximum)")
     error_band: float | None = Field(
-        description="median |relative error| of this stack's leave-one-out projections (None: no entry to score)"
+        description="grouped-CV band: |reported - projected| / projected at band_quantile over held-out sources "
+        "(None: no held-out entry to draw it from)"
     )
-    memory_needed_gb: float
+    # The band's provenance below defaults to None/False only for rows built by hand (tests, the site's fixtures);
+    # ``analysis.projection.project_one`` always sets every field.
+    band_quantile: float | None = Field(default=None, description="the quantile the band is (split-conformal)")
+    band_basis: str | None = Field(
+        default=None, description="the held-out entries the band is drawn from: a stack on a class, a stack, or all"
+    )
+    band_coverage: float | None = Field(
+        default=None, description="share of held-out entries of that basis inside their band"
+    )
+    uncalibrated: bool = Field(
+        default=False, description="the stack has fewer than 3 published entries: it takes every entry's band"
+    )
+    memory_needed_gb: float = Field(description="the model deployed by this stack at this precision")
     usable_memory_gb: float | None
     fits: bool | None
     joules_per_inference: float | None = Field(description="estimated: TDP x the utilization model")
     energy_label: Literal["estimated"] = "estimated"
     energy_method: str
+    energy_band: float | None = Field(
+        default=None, description="relative half-width of the energy: the latency band and idle's"
+    )
     idle_w: float | None
+    idle_source: str | None = Field(
+        default=None, description="where idle_w comes from; 'estimated: ...' with its assumption"
+    )
     price_usd: float | None
     price_source: str | None
     parameters_source: str = Field(description="where the stack's fitted parameters came from")

@@ -2,49 +2,31 @@
 
 Latency per phase comes from ``projection_score.project_phases`` (roofline at the achieved shares of peak compute
 and bandwidth + kernels × dispatch cost × host factor) with the parameters fitted on every published latency, and
-the stack's leave-one-out error band. Energy is estimated, never measured: ``P = idle + (TDP - idle) ×
-utilization`` over the projected latency, where utilization is the share of the latency the model spends in
-kernels (the roofline part), the same linear power model as ``vlabench run --energy-meter estimated``. Cost
-follows ``analysis.cet.cost_report``.
+the grouped-CV band of the stack on the device's class (``projection_bands``). Energy is estimated, never measured
+(``projection_energy``: ``P = idle + (TDP - idle) × utilization`` over the projected latency, utilization the share
+of the latency the device spends in kernels). Memory is the model deployed by the row's stack at its precision.
+Cost follows ``analysis.cet.cost_report``.
 """
 
 from __future__ import annotations
 
 from vlabench.analysis.cet import CostAssumptions, ExecutionModel, cost_report
 from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.analysis.projection_bands import BAND_QUANTILE
 from vlabench.analysis.projection_cache import model_facts
-from vlabench.analysis.projection_fit import get_stack, host_terms, stack_for_backend, stacks
-from vlabench.analysis.projection_score import (
-    entry_inputs,
-    fitted_model,
-    fitted_parameters,
-    floor_ms,
-    model_inputs,
-    project_phases,
-)
+from vlabench.analysis.projection_energy import energy_band, idle_power, joules
+from vlabench.analysis.projection_fit import get_stack, stack_for_backend, stacks
+from vlabench.analysis.projection_inputs import entry_inputs, model_inputs, power_mode, workload_for
+from vlabench.analysis.projection_score import fitted_model, fitted_parameters, phase_ms, project_phases
 from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import DeviceProfile, all_profiles, load_device_profile
 from vlabench.models.specs import load_model_spec, model_names
-from vlabench.models.workload import Workload
-from vlabench.telemetry.energy.select import ASSUMED_IDLE_SHARE
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8", "fp8")
-ENERGY_METHOD = "estimated: (idle + (TDP - idle) x utilization) x projected latency; utilization = kernel-busy share"
-
-
-def _idle_w(profile: DeviceProfile) -> float | None:
-    if profile.tdp_w is None:
-        return None
-    return profile.idle_w.value if profile.idle_w else profile.tdp_w.value * ASSUMED_IDLE_SHARE
-
-
-def joules(profile: DeviceProfile, latency_ms: float, utilization: float) -> float | None:
-    """Estimated J of one inference: the linear power model over ``latency_ms`` (None: the profile has no TDP)."""
-    idle = _idle_w(profile)
-    if profile.tdp_w is None or idle is None:
-        return None
-    watts = idle + (profile.tdp_w.value - idle) * min(1.0, max(0.0, utilization))
-    return watts * latency_ms / 1e3
+ENERGY_METHOD = (
+    "estimated: (idle + (TDP - idle) x utilization) x projected latency; utilization = kernel-busy share; idle as "
+    "the profile cites it, else estimated from its class (idle_source)"
+)
 
 
 def estimated_joules_per_inference(
@@ -60,18 +42,18 @@ def estimated_joules_per_inference(
     stack's kernels keep the device busy (roofline / share of peak + device-side kernel time), capped at 1; None
     without a TDP or ceiling."""
     profile = load_device_profile(device)
-    if profile.tdp_w is None or latency_ms <= 0:
+    idle = idle_power(profile)
+    if profile.tdp_w is None or idle is None or latency_ms <= 0:
         return None
     spec = load_model_spec(model)
-    workload = Workload.from_spec(spec, cameras, steps)
+    _, workload = workload_for(spec, cameras, steps)
     try:
         inputs = entry_inputs(model, device, precision, workload.cameras, workload.steps)
     except InputError:
         return None
     params = fitted_parameters()
-    kernels = inputs.kernels[get_stack(stack).kernel_scheme]["e2e"]
-    busy = floor_ms(inputs, params.for_stack(stack)[0], "e2e") + kernels * params.kernel_gflop / inputs.peak_tflops
-    return joules(profile, latency_ms, busy / latency_ms)
+    busy = sum(phase_ms(inputs, params, stack, 1.0, phase)[1] for phase in ("vision", "prefill", "action"))
+    return joules(profile.tdp_w.value, idle.watts, latency_ms, busy / latency_ms)
 
 
 def device_stacks(profile: DeviceProfile) -> list[str]:
@@ -92,9 +74,10 @@ def project_one(
     control_hz: float = 10.0,
     cameras: int | None = None,
     steps: int | None = None,
+    mode: str | None = None,
 ) -> ProjectedRow:
-    """One projected row (the model's workload, or ``cameras`` and ``steps``); refuses a stack the device does not
-    run and a precision it has no ceiling for."""
+    """One projected row (the model's workload, or ``cameras`` and ``steps``, at the profile's maximum or at power
+    ``mode``); refuses a stack the device does not run and a precision it has no ceiling for."""
     spec, profile, definition = load_model_spec(model), load_device_profile(device), get_stack(stack)
     allowed = device_stacks(profile)
     if stack not in allowed:
@@ -108,14 +91,15 @@ def project_one(
             f"{', '.join(_precisions(profile)) or 'none (its ceilings are measured on the host)'}"
         )
     model_fit = fitted_model()
-    workload = Workload.from_spec(spec, cameras, steps)
-    inputs = model_inputs(spec, workload, precision, profile)
-    projected = project_phases(inputs, model_fit.parameters, stack, host_terms(profile))
+    spec, workload = workload_for(spec, cameras, steps)
+    inputs = model_inputs(spec, workload, precision, profile, power_mode(profile, mode))
+    projected = project_phases(inputs, model_fit.parameters, stack)
     e2e = projected.phases_ms["e2e"]
-    needed = model_facts(spec, workload, precision).footprint_bytes / 1e9
+    band = model_fit.bands.band(stack, profile.device_class)
+    needed = model_facts(spec, workload, precision).footprint_bytes[stack] / 1e9
     usable = profile.usable_gb
-    energy = joules(profile, e2e, projected.busy_share)
-    idle = _idle_w(profile)
+    idle = idle_power(profile)
+    energy = None if idle is None else joules(profile.tdp_w.value, idle.watts, e2e, projected.busy_share)
     price = profile.price
     cost = None
     if energy is not None and idle is not None:
@@ -124,7 +108,7 @@ def project_one(
             price_source=price.source if price else None,
             price_estimate=False,
             joules_per_inference=energy,
-            idle_w=idle,
+            idle_w=idle.watts,
             energy_label="estimated",
             latency_p50_ms=e2e,
             control_hz=control_hz,
@@ -140,15 +124,24 @@ def project_one(
         precision=precision,
         cameras=workload.cameras,
         steps=workload.steps,
+        power_mode=mode,
         phases_ms={phase: projected.phases_ms[phase] for phase in ("vision", "prefill", "action", "e2e")},
         kernel_counts=projected.kernels,
-        error_band=model_fit.error_band(stack),
+        error_band=band.value,
+        band_quantile=BAND_QUANTILE,
+        band_basis=band.basis,
+        band_coverage=band.coverage,
+        uncalibrated=band.uncalibrated,
         memory_needed_gb=needed,
         usable_memory_gb=usable,
         fits=needed <= usable if usable is not None else None,
         joules_per_inference=energy,
         energy_method=ENERGY_METHOD,
-        idle_w=idle,
+        energy_band=None
+        if energy is None or idle is None
+        else energy_band(band.value, profile.tdp_w.value, idle, e2e, projected.busy_share),
+        idle_w=idle.watts if idle else None,
+        idle_source=idle.source if idle else None,
         price_usd=price.usd if price else None,
         price_source=price.source if price else None,
         parameters_source=projected.parameters_source,
@@ -170,9 +163,11 @@ def project_all(
     control_hz: float = 10.0,
     cameras: int | None = None,
     steps: int | None = None,
+    mode: str | None = None,
 ) -> list[ProjectedRow]:
     """Every (model, device, stack, precision) the profiles allow, narrowed by the given lists (None: all; the
-    ``-tiny`` test models only when named), at each model's workload or ``cameras`` and ``steps``."""
+    ``-tiny`` test models only when named), at each model's workload or ``cameras`` and ``steps``, at each device's
+    maximum or at power ``mode`` (which every named device must have)."""
     for name in stack_names or []:
         get_stack(name)
     for name in precisions or []:
@@ -190,7 +185,7 @@ def project_all(
                 for precision in _precisions(profile):
                     if precisions and precision not in precisions:
                         continue
-                    rows.append(project_one(model, profile.name, stack, precision, control_hz, cameras, steps))
+                    rows.append(project_one(model, profile.name, stack, precision, control_hz, cameras, steps, mode))
     return rows
 
 

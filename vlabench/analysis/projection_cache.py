@@ -27,13 +27,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from vlabench import __version__
 from vlabench.analysis.flops import count_operators
 from vlabench.analysis.kernel_counts import KernelCounts, count_kernels
-from vlabench.analysis.memory import estimate_footprint
+from vlabench.analysis.memory import deployment_footprint, traced_terms
 from vlabench.atomic import WriteError, atomic_write_text
 from vlabench.backends.onnx_export import cache_root
 from vlabench.models.specs import ModelSpec
 from vlabench.models.workload import Workload
 
-FORMAT = "vlabench-projection-1"  # bump when what is stored changes shape
+FORMAT = "vlabench-projection-2"  # bump when what is stored changes shape
 PACKAGE = Path(__file__).resolve().parents[1]
 FACT_SOURCES = (
     "models/replicas",
@@ -64,7 +64,8 @@ class ModelFacts(BaseModel):
     operators: dict[str, list[tuple[float, float, float]]]
     """phase (vision, prefill, denoise_step) -> per operator (FLOPs, bytes moved, weight bytes), in order"""
     kernels: KernelCounts
-    footprint_bytes: int
+    footprint_bytes: dict[str, int]
+    """stack -> resident bytes of the model deployed by it (``memory.deployment_footprint``)"""
 
 
 @cache
@@ -140,22 +141,40 @@ def _entry_lock(path: Path) -> Iterator[None]:
 _FACTS: dict[str, ModelFacts] = {}
 
 
+def stack_runtimes() -> dict[str, int]:
+    """Bytes each stack's runtime holds: its vlabench backend's arena, none for a stack without a backend."""
+    from vlabench.analysis.projection_fit import stacks
+    from vlabench.backends import BACKENDS
+
+    return {s.name: BACKENDS[s.backend].runtime_bytes if s.backend in BACKENDS else 0 for s in stacks().values()}
+
+
 def model_facts(spec: ModelSpec, workload: Workload, precision: str) -> ModelFacts:
-    """Operators, kernel counts and memory footprint of (spec, workload, precision): from memory, the disk cache,
+    """Operators, kernel counts and deployed footprints of (spec, workload, precision): from memory, the disk cache,
     or traced on the meta device."""
-    identity = {"spec": spec.spec_hash, "workload": workload.model_dump(mode="json"), "precision": precision}
+    runtimes = stack_runtimes()
+    identity = {
+        "spec": spec.spec_hash,
+        "workload": workload.model_dump(mode="json"),
+        "precision": precision,
+        "runtimes": runtimes,
+    }
     key = cache_key("facts", identity)
     if key not in _FACTS:
-        _FACTS[key] = cached("facts", identity, ModelFacts, lambda: _trace_facts(spec, workload, precision))
+        _FACTS[key] = cached("facts", identity, ModelFacts, lambda: _trace_facts(spec, workload, precision, runtimes))
     return _FACTS[key]
 
 
-def _trace_facts(spec: ModelSpec, workload: Workload, precision: str) -> ModelFacts:
+def _trace_facts(spec: ModelSpec, workload: Workload, precision: str, runtimes: dict[str, int]) -> ModelFacts:
     operators: dict[str, list[tuple[float, float, float]]] = {"vision": [], "prefill": [], "denoise_step": []}
     for op in count_operators(spec, workload, precision):
         operators[op.phase].append((op.flops, op.bytes, op.weight_bytes))
     return ModelFacts(
         operators=operators,
         kernels=count_kernels(spec, workload, precision),
-        footprint_bytes=estimate_footprint(spec, workload, precision).total_bytes,
+        footprint_bytes={
+            stack: deployment_footprint(spec, workload, precision, runtime, traced)
+            for traced in [traced_terms(spec, workload)]
+            for stack, runtime in runtimes.items()
+        },
     )

@@ -1,26 +1,25 @@
-"""The projection model's parameters: per software stack, fitted on observed latencies; per device, a host factor
+"""The projection model's parameters: per software stack, fitted on published latencies; per device, a host factor
 from a hierarchical host model.
 
 A phase takes ``floor + kernels × (dispatch_ms × host + kernel_gflop / peak)``: ``floor`` is the per-operator
 roofline at the stack's achieved rates, the sum over operators of max(FLOPs / (peak × share), bytes / (bandwidth ×
-bandwidth_share)) on the device's datasheet ceiling (``operator_mix``), ``share`` and ``bandwidth_share`` the
-stack's achieved shares of peak compute and of peak bandwidth, ``kernels`` the phase's kernel count under the
-stack's counting
-scheme (``kernel_counts``), ``dispatch_ms`` the stack's cost per kernel on the reference device's host, ``host``
-the device's host factor (1 for stacks that replay captured graphs), and
-``kernel_gflop / peak`` the device-side time every kernel takes whatever its size (ramp-up and tail of a launch
-that never fills the device), one global amount of work-equivalent per kernel, so it is longer on a device with a
-lower peak at the precision (GFLOP / TFLOP/s = ms).
+bandwidth_share)) on the device's datasheet ceiling (``operator_mix``), ``kernels`` the phase's kernel count under
+the stack's counting scheme (``kernel_counts``), ``dispatch_ms`` the stack's cost per kernel on the reference host,
+``host`` the device's host factor (1 for stacks that replay captured graphs), and ``kernel_gflop / peak`` the
+device-side time every kernel takes whatever its size, one global amount of work-equivalent per kernel.
 
-The host factor is never one device's own number: ``log host = class + launch path + core + slope × log(reference
-clock / board CPU clock)``. The class effect (datacenter GPU, desktop GPU, Jetson, NPU, CPU) pools every device of
-the class under a prior centred on the reference class (desktop GPU, effect 0); the launch path (CUDA, Intel's
-Level Zero, Ascend's CANN, a CPU's own operators) and the board CPU's core microarchitecture (its single-thread
-class) and clock are covariates read from the device profile, fitted jointly. A discrete card has no board CPU: it
-is projected in the reference host. A device with no entry of its own takes its class's and covariates' posterior;
-an effect no entry touches stays at its prior mean (factor 1). The fit is a maximum a posteriori fit in log space
-(Levenberg-Marquardt) with the stated priors; a stack with no observation of its own borrows the parameters of the
-first stack in its ``borrows`` list that has some.
+Stacks are a hierarchy (``profiles/reported/stacks.yaml``): a stack's three parameters have a Gaussian prior
+centred on its parent's (the first stack it ``borrows``), so a stack with few entries stays near the stack it
+builds on and one with none takes its parent's values; the root (eager PyTorch) has wide priors.
+
+The host factor is never a device's own number: ``log host = class + launch path + core + slope × log(reference
+clock / host CPU clock)``. Every class (datacenter server, desktop, Jetson, NPU, CPU) has an effect with a prior
+centred on the reference class (a desktop host, effect 0): a datacenter card runs in a server whose CPU and driver
+path are not a desktop's, so its class effect is fitted, never pinned. The launch path (CUDA, Intel's Level Zero,
+Ascend's CANN, a CPU's own operators) and a board CPU's core and clock are covariates from the device profile. The
+fit is a maximum a posteriori fit in log space (Levenberg-Marquardt with analytic derivatives) over every published
+phase: an observation is one published latency (e2e, or a phase) and sums the terms of the phases it covers, each
+with the stack that ran it.
 """
 
 from __future__ import annotations
@@ -38,7 +37,8 @@ from vlabench.hardware.devices import DeviceProfile
 from vlabench.yaml_data import load_packaged
 
 OBSERVATION_SIGMA = 0.2
-"""Log-space noise of an observed latency: the ±20% read-off uncertainty the sources state for the Fig. 2 rates."""
+"""Log-space noise of a published latency: the ±20% read-off uncertainty the sources state for the Fig. 2 rates."""
+
 PRIORS: dict[str, tuple[float, float]] = {
     "share": (0.0, 1.5),  # logit of the achieved share of peak compute: centred on 50%, wide
     "bandwidth": (0.0, 1.5),  # logit of the achieved share of peak bandwidth: centred on 50%, wide
@@ -48,29 +48,29 @@ PRIORS: dict[str, tuple[float, float]] = {
     "core": (0.0, 1.0),  # log factor of a board CPU's core microarchitecture (its single-thread class)
     "slope": (1.0, 0.3),  # exponent of the clock ratio: launch cost is host time, about 1/clock
 }
+CHILD_SIGMA = {"share": 0.75, "bandwidth": 0.75, "dispatch": 1.0}
+"""Prior standard deviation (logit or log) of a stack's parameter around its parent stack's."""
 CLASS_PRIOR_SIGMA: dict[str, float | None] = {
-    "desktop-gpu": None,  # the reference class: a discrete card in the reference desktop host, effect 0
-    "datacenter-gpu": None,  # a discrete card too: projected in the same reference host (see below), effect 0
+    "desktop-gpu": None,  # the reference class: a desktop host, effect 0
+    "datacenter-gpu": 0.5,  # a server's CPU and driver path: near a desktop's, fitted
     "jetson": 1.0,  # its own Arm CPU and Jetson Linux's driver: wide
     "npu": 1.0,
     "cpu": 1.0,
 }
-"""Prior standard deviation (log) of each device class's host effect, centred on the reference class; None pins a
-class to the reference host. A discrete GPU has no CPU of its own: its kernels are launched by whatever host it is
-plugged into, so every discrete CUDA card is projected in one reference host and cards compare on their datasheets
-(a server host's difference from a desktop one is not the card's, and is left to the stack's error band)."""
+"""Prior standard deviation (log) of each device class's host effect, centred on the reference class (None: the
+reference itself)."""
 STACK_PARAMETERS = ("share", "bandwidth", "dispatch")
 """What each stack fits: its shares of peak compute and of peak bandwidth, and its cost per kernel."""
 REFERENCE_PATH = "cuda"
 REFERENCE_HOST_GHZ = 5.0
 """The reference host's maximum single-thread clock: a 2022-2024 desktop x86 CPU (i9-13900K 5.8 GHz, Ryzen 9 7950X
 5.7, i7-13700K 5.4 boost clocks, vendor specifications; 5.0 rounds them down for the common non-K parts). Only the
-clock ratio of a board CPU to it enters the model; a discrete card runs in the reference host (ratio 1)."""
+clock ratio of a board CPU to it enters the model; a discrete card's host is its class's."""
 
 
 @dataclass(frozen=True)
 class HostTerms:
-    """What a device's host factor is made of: its class, its launch path and its board CPU (if any)."""
+    """What a device's host factor is made of: its class, its launch path and its own CPU (if any)."""
 
     device_class: str
     launch_path: str
@@ -79,7 +79,7 @@ class HostTerms:
 
     @property
     def clock_slowness(self) -> float:
-        """log(reference clock / board CPU clock); 0 for a discrete card in the reference host."""
+        """log(reference clock / board CPU clock); 0 for a discrete card (its host is its class's)."""
         return 0.0 if self.clock_ghz is None else float(np.log(REFERENCE_HOST_GHZ / self.clock_ghz))
 
 
@@ -101,7 +101,7 @@ class Stack(BaseModel):
     backend: str | None = Field(description="the vlabench backend that runs this stack (None: scoring only)")
     kernel_scheme: Literal["eager", "fused"]
     host_bound: bool = Field(description="per-kernel cost is host time, so it scales with the device's host")
-    borrows: list[str] = Field(description="stacks whose parameters this one uses when it has no observation")
+    borrows: list[str] = Field(description="its parent stacks, nearest first: its prior is centred on the first")
     rationale: str
 
 
@@ -128,26 +128,40 @@ def stack_for_backend(backend: str) -> Stack | None:
     return next((s for s in stacks().values() if s.backend == backend), None)
 
 
-@dataclass(frozen=True)
-class Observation:
-    """One observed end-to-end latency with the model inputs of its (model, device, stack, precision)."""
+def parent_stack(name: str) -> str | None:
+    """The stack whose parameters centre ``name``'s prior (None: a root)."""
+    borrows = get_stack(name).borrows
+    return borrows[0] if borrows else None
 
-    label: str
+
+@dataclass(frozen=True)
+class Term:
+    """One phase's share of an observation: the stack that ran it, its operators, its kernel count and the peak."""
+
     stack: str
-    device: str
-    host: HostTerms
     mix: OperatorMix
     kernels: int
     peak_tflops: float
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One published latency (e2e or a phase) with the terms of the phases it covers."""
+
+    label: str
+    group: str
+    device: str
+    host: HostTerms
+    terms: tuple[Term, ...]
     observed_ms: float
 
 
 class StackParameters(BaseModel):
     share_of_peak: float = Field(gt=0, le=1, description="of the datasheet peak compute, on compute-bound operators")
     share_of_bandwidth: float = Field(gt=0, le=1, description="of the datasheet bandwidth, on memory-bound operators")
-    dispatch_us: float = Field(gt=0, description="per kernel, on the reference device's host")
+    dispatch_us: float = Field(gt=0, description="per kernel, on the reference host")
     fitted_on: str = Field(description="the stack whose observations produced these values")
-    observations: int
+    observations: int = Field(description="published latencies of this stack's own the fit saw (0: its parent's)")
 
 
 class HostModel(BaseModel):
@@ -158,6 +172,12 @@ class HostModel(BaseModel):
     path_effects: dict[str, float]
     core_effects: dict[str, float]
     clock_slope: float
+
+    def log_factor(self, terms: HostTerms) -> float:
+        total = self.class_effects.get(terms.device_class, 0.0) + self.path_effects.get(terms.launch_path, 0.0)
+        if terms.core is not None:
+            total += self.core_effects.get(terms.core, 0.0) + self.clock_slope * terms.clock_slowness
+        return total
 
     def factor(self, terms: HostTerms) -> tuple[float, str]:
         """The host factor of ``terms`` and a sentence saying what it is made of."""
@@ -183,7 +203,7 @@ class HostModel(BaseModel):
         ]
         text = " × ".join(f"{label} {np.exp(value):.3g}" for label, value in parts if value != 0.0)
         note = f"; no entry for its {' or '.join(unfitted)}: the prior's 1" if unfitted else ""
-        return float(np.exp(sum(value for _, value in parts))), (text or "the reference host") + note
+        return float(np.exp(self.log_factor(terms))), (text or "the reference host") + note
 
 
 class FittedParameters(BaseModel):
@@ -196,72 +216,116 @@ class FittedParameters(BaseModel):
     observations: list[str]
 
     def for_stack(self, name: str) -> tuple[StackParameters, str]:
-        """The stack's parameters (its own, else borrowed) and a sentence saying which."""
-        stack = get_stack(name)
-        for candidate in (name, *stack.borrows):
-            if candidate in self.stacks:
-                found = self.stacks[candidate]
-                how = "fitted" if candidate == name else f"borrowed from {candidate} (no entry of its own)"
-                return found, f"{how} on {found.observations} observed latencies"
-        raise unknown_name("fitted stack", name, self.stacks)
+        """The stack's parameters and a sentence saying where they come from."""
+        get_stack(name)
+        if name not in self.stacks:
+            raise unknown_name("fitted stack", name, self.stacks)
+        found = self.stacks[name]
+        if found.observations:
+            return found, f"fitted on {found.observations} published latencies of its own"
+        return found, f"no published latency of its own: its parent {found.fitted_on}'s, through the stack prior"
 
     def host(self, terms: HostTerms) -> tuple[float, str]:
         """The host factor of a device with these terms (1 for the reference class on CUDA without a board CPU)."""
         return self.hosts.factor(terms)
 
 
-def _host_index(observations: list[Observation], start: int) -> dict[tuple[str, str], int]:
-    """Parameter positions of the host model's effects that some observation has, from ``start``."""
-    keys = sorted({("class", o.host.device_class) for o in observations if CLASS_PRIOR_SIGMA[o.host.device_class]})
-    keys += sorted({("path", o.host.launch_path) for o in observations if o.host.launch_path != REFERENCE_PATH})
-    keys += sorted({("core", o.host.core) for o in observations if o.host.core is not None})
-    if any(o.host.core is not None for o in observations):
-        keys.append(("slope", ""))
-    return {key: start + i for i, key in enumerate(keys)}
+def _logistic(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
 
 
-def _prior(key: tuple[str, str]) -> tuple[float, float]:
-    if key[0] == "class":
-        sigma = CLASS_PRIOR_SIGMA[key[1]]
-        assert sigma is not None
-        return 0.0, sigma
-    return PRIORS[key[0]]
+class _Design:
+    """The parameter layout of one fit, its priors, and the observations' terms as arrays."""
+
+    def __init__(self, observations: list[Observation]) -> None:
+        names = list(stacks())
+        self.stack_names = names
+        index = {(kind, s): 3 * i + j for i, s in enumerate(names) for j, kind in enumerate(STACK_PARAMETERS)}
+        index[("kernel", "")] = len(index)
+        hosts = [o.host for o in observations]
+        keys = sorted({("class", h.device_class) for h in hosts if CLASS_PRIOR_SIGMA[h.device_class] is not None})
+        keys += sorted({("path", h.launch_path) for h in hosts if h.launch_path != REFERENCE_PATH})
+        keys += sorted({("core", h.core) for h in hosts if h.core is not None})
+        if any(h.core is not None for h in hosts):
+            keys.append(("slope", ""))
+        index |= {key: len(index) + i for i, key in enumerate(keys)}
+        self.index = index
+        self.size = len(index)
+        terms = [(row, term) for row, o in enumerate(observations) for term in o.terms]
+        self.rows = np.array([row for row, _ in terms])
+        self.count = len(observations)
+        self.mixes = MixStack.of([term.mix for _, term in terms])
+        self.kernels = np.array([float(term.kernels) for _, term in terms])
+        self.peak = np.array([term.peak_tflops for _, term in terms])
+        self.share_i = np.array([index[("share", term.stack)] for _, term in terms])
+        self.bandwidth_i = np.array([index[("bandwidth", term.stack)] for _, term in terms])
+        self.dispatch_i = np.array([index[("dispatch", term.stack)] for _, term in terms])
+        self.host_on = np.array([get_stack(term.stack).host_bound for _, term in terms])
+        host_rows = np.zeros((len(terms), self.size))
+        for position, (row, _) in enumerate(terms):
+            host = observations[row].host
+            for key in (("class", host.device_class), ("path", host.launch_path), ("core", host.core or "")):
+                if key in index:
+                    host_rows[position, index[key]] = 1.0
+            if ("slope", "") in index:
+                host_rows[position, index[("slope", "")]] = host.clock_slowness
+        self.host_rows = host_rows
+        self.observed = np.log([o.observed_ms for o in observations])
+
+    def prior(self) -> tuple[np.ndarray, list[tuple[int, int | None, float, float]]]:
+        """The starting point, and per parameter (its index, its parent's index or None, mean, sigma)."""
+        start = np.zeros(self.size)
+        rows: list[tuple[int, int | None, float, float]] = []
+        for (kind, key), i in self.index.items():
+            if kind in STACK_PARAMETERS:
+                parent = parent_stack(key)
+                mean, sigma = PRIORS[kind]
+                rows.append(
+                    (i, self.index[(kind, parent)] if parent else None, mean, CHILD_SIGMA[kind] if parent else sigma)
+                )
+                start[i] = mean
+            else:
+                mean, sigma = (0.0, CLASS_PRIOR_SIGMA[key]) if kind == "class" else PRIORS[kind]
+                rows.append((i, None, mean, sigma))
+                start[i] = mean
+        return start, rows
+
+    def residuals_and_jacobian(self, x: np.ndarray, prior_rows) -> tuple[np.ndarray, np.ndarray]:
+        share, bandwidth = _logistic(x[self.share_i]), _logistic(x[self.bandwidth_i])
+        compute, memory = self.mixes.parts(share, bandwidth)
+        host = np.where(self.host_on, np.exp(self.host_rows @ x), 1.0)
+        dispatch = self.kernels * np.exp(x[self.dispatch_i]) * host
+        device_side = self.kernels * np.exp(x[self.index[("kernel", "")]]) / self.peak
+        terms = compute + memory + device_side + dispatch
+        predicted = np.bincount(self.rows, weights=terms, minlength=self.count)
+        fit_rows = (np.log(predicted) - self.observed) / OBSERVATION_SIGMA
+        jacobian_terms = np.zeros((terms.size, self.size))
+        at = np.arange(terms.size)
+        np.add.at(jacobian_terms, (at, self.share_i), -compute * (1 - share))
+        np.add.at(jacobian_terms, (at, self.bandwidth_i), -memory * (1 - bandwidth))
+        np.add.at(jacobian_terms, (at, self.dispatch_i), dispatch)
+        jacobian_terms[:, self.index[("kernel", "")]] += device_side
+        jacobian_terms += (dispatch * self.host_on)[:, None] * self.host_rows
+        jacobian = np.zeros((self.count, self.size))
+        np.add.at(jacobian, self.rows, jacobian_terms)
+        jacobian /= (predicted * OBSERVATION_SIGMA)[:, None]
+        prior_residuals = np.empty(len(prior_rows))
+        prior_jacobian = np.zeros((len(prior_rows), self.size))
+        for row, (i, parent, mean, sigma) in enumerate(prior_rows):
+            prior_residuals[row] = (x[i] - (x[parent] if parent is not None else mean)) / sigma
+            prior_jacobian[row, i] = 1.0 / sigma
+            if parent is not None:
+                prior_jacobian[row, parent] = -1.0 / sigma
+        return np.concatenate([fit_rows, prior_residuals]), np.vstack([jacobian, prior_jacobian])
 
 
 def fit(observations: list[Observation]) -> FittedParameters:
-    """MAP fit of every observed stack's shares and dispatch cost, the device-side time per kernel, and the host
-    model's effects (class, launch path, core, clock slope) that the observations touch."""
-    stack_names = sorted({o.stack for o in observations})
-    index = {(kind, s): 3 * i + j for i, s in enumerate(stack_names) for j, kind in enumerate(STACK_PARAMETERS)}
-    index[("kernel", "")] = len(index)
-    index |= _host_index(observations, len(index))
-    ordered = sorted(index, key=index.get)
-    prior_mean = np.array([_prior(key)[0] for key in ordered])
-    prior_sigma = np.array([_prior(key)[1] for key in ordered])
-    share_i = np.array([index[("share", o.stack)] for o in observations])
-    bandwidth_i = np.array([index[("bandwidth", o.stack)] for o in observations])
-    dispatch_i = np.array([index[("dispatch", o.stack)] for o in observations])
-    kernel_i = index[("kernel", "")]
-    host_rows = np.zeros((len(observations), len(index)))
-    for row, o in enumerate(observations):
-        for key in (("class", o.host.device_class), ("path", o.host.launch_path), ("core", o.host.core or "")):
-            if key in index:
-                host_rows[row, index[key]] = 1.0
-        if ("slope", "") in index:
-            host_rows[row, index[("slope", "")]] = o.host.clock_slowness
-    host_on = np.array([get_stack(o.stack).host_bound for o in observations])
-    mixes = MixStack.of([o.mix for o in observations])
-    kernels = np.array([float(o.kernels) for o in observations])
-    peak = np.array([o.peak_tflops for o in observations])
-    observed = np.log([o.observed_ms for o in observations])
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        floor = mixes.floors(_logistic(x[share_i]), _logistic(x[bandwidth_i]))
-        host = np.where(host_on, np.exp(host_rows @ x), 1.0)
-        predicted = floor + kernels * (np.exp(x[dispatch_i]) * host + np.exp(x[kernel_i]) / peak)
-        return np.concatenate([(np.log(predicted) - observed) / OBSERVATION_SIGMA, (x - prior_mean) / prior_sigma])
-
-    x = _levenberg_marquardt(residuals, prior_mean.copy())
+    """MAP fit of every stack's shares and dispatch cost (hierarchical), the device-side time per kernel, and the
+    host model's effects (class, launch path, core, clock slope) that the observations touch."""
+    design = _Design(observations)
+    start, prior_rows = design.prior()
+    x = _levenberg_marquardt(lambda v: design.residuals_and_jacobian(v, prior_rows), start)
+    index = design.index
     effects = {
         kind: {k: float(x[i]) for (group, k), i in index.items() if group == kind} for kind in (*PRIORS, "class")
     }
@@ -271,44 +335,44 @@ def fit(observations: list[Observation]) -> FittedParameters:
         core_effects=effects["core"],
         clock_slope=float(x[index[("slope", "")]]) if ("slope", "") in index else PRIORS["slope"][0],
     )
+    counts = {s: sum(any(t.stack == s for t in o.terms) for o in observations) for s in design.stack_names}
     return FittedParameters(
         stacks={
             s: StackParameters(
                 share_of_peak=float(_logistic(x[index[("share", s)]])),
                 share_of_bandwidth=float(_logistic(x[index[("bandwidth", s)]])),
                 dispatch_us=float(np.exp(x[index[("dispatch", s)]]) * 1e3),
-                fitted_on=s,
-                observations=sum(o.stack == s for o in observations),
+                fitted_on=s if counts[s] else _observed_ancestor(s, counts),
+                observations=counts[s],
             )
-            for s in stack_names
+            for s in design.stack_names
         },
-        kernel_gflop=float(np.exp(x[kernel_i])),
+        kernel_gflop=float(np.exp(x[index[("kernel", "")]])),
         hosts=hosts,
         host_factor={o.device: hosts.factor(o.host)[0] for o in sorted(observations, key=lambda o: o.device)},
         observations=[o.label for o in observations],
     )
 
 
-def _logistic(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def _observed_ancestor(name: str, counts: dict[str, int]) -> str:
+    """The nearest ancestor stack with observations of its own (the root's prior if none)."""
+    parent = parent_stack(name)
+    while parent is not None and not counts[parent]:
+        parent = parent_stack(parent)
+    return parent or "the root prior"
 
 
-def _levenberg_marquardt(residuals, x: np.ndarray, iterations: int = 200) -> np.ndarray:
-    """Minimize the sum of squared residuals (numerical Jacobian, adaptive damping)."""
-    damping = 1e-2
-    current = residuals(x)
+def _levenberg_marquardt(residuals_and_jacobian, x: np.ndarray, iterations: int = 300) -> np.ndarray:
+    """Minimize the sum of squared residuals (analytic Jacobian, adaptive damping)."""
+    damping = 1e-3
+    current, jacobian = residuals_and_jacobian(x)
     for _ in range(iterations):
-        jacobian = np.empty((current.size, x.size))
-        for j in range(x.size):
-            step = np.zeros_like(x)
-            step[j] = 1e-6
-            jacobian[:, j] = (residuals(x + step) - current) / 1e-6
         gradient, normal = jacobian.T @ current, jacobian.T @ jacobian
         while damping < 1e10:
-            delta = -np.linalg.solve(normal + damping * np.eye(x.size), gradient)
-            trial = residuals(x + delta)
+            delta = -np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-9), gradient)
+            trial, trial_jacobian = residuals_and_jacobian(x + delta)
             if trial @ trial < current @ current:
-                x, current, damping = x + delta, trial, damping / 3
+                x, current, jacobian, damping = x + delta, trial, trial_jacobian, max(damping / 3, 1e-9)
                 break
             damping *= 4
         else:

@@ -132,15 +132,22 @@ def project(
     control_hz: Annotated[float, run_option("control_hz", help="Control rate the cost model assumes, Hz.")] = 10.0,
     cameras: CamerasFlag = None,
     steps: StepsFlag = None,
+    power_mode: Annotated[
+        str | None,
+        typer.Option(help="A power mode of the device's profile (e.g. a Jetson nvpmodel mode); default: its maximum."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the JSON to this file.")] = None,
 ) -> None:
-    """Projected latency per phase, rate, estimated energy, cost and memory fit, each with its stack's
-    leave-one-out error band; never ranked with measured results."""
+    """Projected latency per phase, rate, estimated energy, cost and memory fit, each with the grouped-CV error band
+    of its stack on its device class (stacks with fewer than three published entries marked uncalibrated); never
+    ranked with measured results."""
     from vlabench.cli.views.project import project_renderables
     from vlabench.commands.project import ProjectRequest, run_project, write_outcome
 
-    request = ProjectRequest(model or [], device or [], stack or [], precision or [], every, control_hz, cameras, steps)
+    request = ProjectRequest(
+        model or [], device or [], stack or [], precision or [], every, control_hz, cameras, steps, power_mode
+    )
     outcome = run_project(request)
     written = [f"projection: [bold]{markup_safe(write_outcome(outcome, out_file))}[/]"] if out_file else []
     show(as_json, outcome, project_renderables(outcome), *written)

@@ -62,11 +62,19 @@ class Price(BaseModel):
 
 
 class PowerMode(BaseModel):
+    """A power mode (Jetson nvpmodel) and, where its source states them, the share of the profile's peak compute and
+    memory bandwidth it keeps and its CPU clock (None: the profile's own, i.e. the maximum)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     watts: float = Field(gt=0)
     source: str
+    compute_share: float | None = Field(
+        default=None, gt=0, le=1, description="GPU clock cap x enabled TPCs, over the maximum the peaks are quoted at"
+    )
+    memory_share: float | None = Field(default=None, gt=0, le=1, description="EMC clock cap over its maximum")
+    cpu_ghz: float | None = Field(default=None, gt=0, le=10, description="the mode's CPU clock cap")
 
 
 class Engine(BaseModel):

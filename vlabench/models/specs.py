@@ -158,6 +158,12 @@ class DiTSpec(_Strict):
     """GR00T's action DiT: AdaLN blocks, even blocks cross-attend to the VL features, odd ones self-attend."""
 
     layers: int = Field(gt=0)
+    alternate_text_every: int | None = Field(
+        default=None,
+        gt=0,
+        description="N1.6's AlternateVLDiT: cross-attention block i attends to the text tokens when i is a multiple "
+        "of 2 × this, else to the image tokens (masks over the same keys); None: every cross block sees all tokens",
+    )
     heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
     output_dim: int = Field(gt=0)
@@ -178,21 +184,25 @@ class Gr00tHeadSpec(_Strict):
     state_hidden: int = Field(gt=0)
     decoder_hidden: int = Field(gt=0)
     future_tokens: int = Field(ge=0)
+    vl_features: Literal["pre-norm", "post-norm"] = Field(
+        default="pre-norm",
+        description="the head reads the last kept Qwen3 layer before (N1.5) or after (N1.6) the final RMSNorm",
+    )
 
 
 class Gr00tSpec(VisionLanguageSpec):
-    """GR00T N1.5: Eagle (SigLIP2 + pixel shuffle + MLP, Qwen3 cut to its first layers) gives VL features; a VL
-    self-attention adapter runs once; a flow-matching DiT runs every step."""
+    """GR00T N1.5 and N1.6: Eagle (SigLIP2 + pixel shuffle + MLP, Qwen3 cut to its first layers) gives VL features;
+    N1.5 runs a VL self-attention adapter once; a flow-matching DiT runs every step."""
 
     family: Literal["gr00t"]
-    adapter: AdapterSpec
+    adapter: AdapterSpec | None = Field(default=None, description="N1.5's VL self-attention (N1.6 has none)")
     dit: DiTSpec
     head: Gr00tHeadSpec
     action: ActionSpec
 
     @model_validator(mode="after")
     def _check_widths(self) -> Gr00tSpec:
-        if self.adapter.heads * self.adapter.head_dim != self.llm.hidden:
+        if self.adapter is not None and self.adapter.heads * self.adapter.head_dim != self.llm.hidden:
             raise ValueError("the VL self-attention runs at the LLM width: adapter heads × head_dim = llm.hidden")
         return self
 
@@ -210,7 +220,7 @@ class Gr00tSpec(VisionLanguageSpec):
     def summary(self) -> tuple[str, str]:
         llm = self.llm
         return (
-            f"{llm.layers}/{llm.published_layers} qwen3 layers + {self.adapter.layers} VL-SA",
+            f"{llm.layers}/{llm.published_layers} qwen3 layers + {self.adapter.layers if self.adapter else 0} VL-SA",
             f"DiT {self.dit.layers}×{self.dit.inner} AdaLN, Euler",
         )
 

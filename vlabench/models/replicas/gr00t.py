@@ -1,10 +1,13 @@
-"""GR00T N1.5 replica: Eagle 2.5 VLM features, a VL self-attention adapter, and a flow-matching DiT action head.
+"""GR00T N1.5 and N1.6 replicas: Eagle VLM features, N1.5's VL self-attention adapter, and a flow-matching DiT head.
 
 Sources: NVIDIA/Isaac-GR00T ``gr00t/model/backbone/eagle_backbone.py`` (select_layer 12, pre-norm features),
 ``gr00t/model/action_head/{flow_matching_action_head.py, cross_attention_dit.py, action_encoder.py}``; lerobot
 v0.5.1 ``src/lerobot/policies/groot/``. Phase 1 runs SigLIP2 + pixel shuffle + MLP, the first Qwen3 layers and the
 4-block VL self-attention once; each denoising step runs the state/action encoders, the 16 DiT blocks (even blocks
 cross-attend to the VL features, odd blocks self-attend over [state ; future tokens ; actions]) and the decoder.
+N1.6 (``gr00t/model/gr00t_n1d6/gr00t_n1d6.py``, ``gr00t/model/modules/{eagle_backbone.py, dit.py}``): 16 Qwen3 layers
+read after the final norm, no adapter and no future tokens, and 32 DiT blocks whose cross-attention blocks alternate
+between the text tokens and the image tokens (``AlternateVLDiT``: masks over the same keys).
 
 GR00T integrates τ from 0 (noise) to 1 with x ← x + dτ·v; the shared Euler sampler runs t from 1 to 0 with
 x ← x − dt·f, so the step uses τ = 1 − t and returns f = −v (the same trajectory).
@@ -36,6 +39,7 @@ class FeatureCache(BatchedCache):
     features: Tensor  # (B, P, llm_hidden)
     valid: Tensor  # (B, P) bool
     state: Tensor  # (B, state_dim)
+    image: Tensor | None = None  # (B, P) bool: the image tokens, for N1.6's alternating cross-attention
 
 
 def sinusoid(values: Tensor, channels: int, flip: bool, shift: float) -> Tensor:
@@ -150,10 +154,11 @@ class DiT(nn.Module):
         self.proj_out_1 = nn.Linear(dit.inner, 2 * dit.inner)
         self.proj_out_2 = nn.Linear(dit.inner, dit.output_dim)
 
-    def forward(self, x: Tensor, steps: Tensor, features: Tensor, cross_bias: Tensor) -> Tensor:
+    def forward(self, x: Tensor, steps: Tensor, features: Tensor, cross_bias: Tensor | list[Tensor]) -> Tensor:
+        """``cross_bias``: one mask for every cross-attention block, or one per block (N1.6's alternation)."""
         temb = self.timestep_encoder(steps, x.dtype)
-        for block in self.transformer_blocks:
-            x = block(x, temb, features, cross_bias)
+        for index, block in enumerate(self.transformer_blocks):
+            x = block(x, temb, features, cross_bias[index] if isinstance(cross_bias, list) else cross_bias)
         shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=-1)
         return self.proj_out_2(self.norm_out(x) * (1 + scale[:, None]) + shift[:, None])
 
@@ -208,11 +213,11 @@ class Gr00tPolicy(nn.Module):
         adapter = spec.adapter
         self.vl_self_attention = nn.ModuleList(
             AdapterBlock(spec.llm.hidden, adapter.heads, adapter.head_dim, adapter.ff_mult)
-            for _ in range(adapter.layers)
+            for _ in range(adapter.layers if adapter else 0)
         )
         self.state_encoder = CategorySpecificMLP(head.embodiments, action.state_dim, head.state_hidden, dit.inner)
         self.action_encoder = ActionEncoder(head.embodiments, action.action_dim, dit.inner)
-        self.future_tokens = nn.Embedding(head.future_tokens, dit.inner)
+        self.future_tokens = nn.Embedding(head.future_tokens, dit.inner) if head.future_tokens else None
         self.position_embedding = nn.Embedding(dit.max_positions, dit.inner)
         self.model = DiT(spec)
         self.action_decoder = CategorySpecificMLP(
@@ -232,12 +237,17 @@ class Gr00tPolicy(nn.Module):
         order = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
         cos, sin = rope_cos_sin(valid.long().cumsum(1) - 1, self.spec.llm.head_dim, self.spec.llm.rope_theta, h.dtype)
         causal = additive_mask(block_mask(order, order, valid), h.dtype)
-        features, _, _ = self.language_model(h, cos, sin, causal, final_norm=False)
+        post_norm = self.spec.head.vl_features == "post-norm"
+        features, _, _ = self.language_model(h, cos, sin, causal, final_norm=post_norm)
         features = self.vlln(features)
         visible = additive_mask(valid[:, None, :].expand(-1, h.shape[1], -1), h.dtype)
         for block in self.vl_self_attention:
             features = block(features, visible)
-        return FeatureCache(features=features, valid=valid, state=obs.state)
+        image = None
+        if self.spec.dit.alternate_text_every is not None:
+            image = torch.zeros_like(valid)
+            image[:, : image_tokens.shape[1]] = True
+        return FeatureCache(features=features, valid=valid, state=obs.state, image=image)
 
     def prefix(self, obs: Observation) -> FeatureCache:
         return self.prefill(obs, self.embed_images(obs.images))
@@ -248,9 +258,18 @@ class Gr00tPolicy(nn.Module):
         state = self.state_encoder(cache.state.to(x_t.dtype))[:, None]
         positions = self.position_embedding.weight[:chunk][None]
         actions = self.action_encoder(x_t, steps) + positions
-        future = self.future_tokens.weight[None].expand(batch, -1, -1)
-        tokens = torch.cat([state, future.to(x_t.dtype), actions], dim=1)
-        suffix = tokens.shape[1]
-        cross_bias = additive_mask(cache.valid[:, None, :].expand(-1, suffix, -1), x_t.dtype)
-        out = self.model(tokens, steps, cache.features, cross_bias)
+        parts = [state, actions]
+        if self.future_tokens is not None:
+            parts.insert(1, self.future_tokens.weight[None].expand(batch, -1, -1).to(x_t.dtype))
+        tokens = torch.cat(parts, dim=1)
+        out = self.model(tokens, steps, cache.features, self.cross_biases(cache, tokens.shape[1], x_t.dtype))
         return -self.action_decoder(out[:, -chunk:])
+
+    def cross_biases(self, cache: FeatureCache, suffix: int, dtype: torch.dtype) -> Tensor | list[Tensor]:
+        """The cross-attention masks: every valid VL token, or (N1.6) per block the text or the image tokens."""
+        every = self.spec.dit.alternate_text_every
+        if every is None or cache.image is None:
+            return additive_mask(cache.valid[:, None, :].expand(-1, suffix, -1), dtype)
+        text = additive_mask((cache.valid & ~cache.image)[:, None, :].expand(-1, suffix, -1), dtype)
+        image = additive_mask((cache.valid & cache.image)[:, None, :].expand(-1, suffix, -1), dtype)
+        return [text if index % (2 * every) == 0 else image for index in range(self.spec.dit.layers)]
