@@ -41,7 +41,8 @@ DOWNLOAD_COLUMNS = (
     *("usd_per_robot_hour", "usd_per_robot_hour_electricity_only", "usd_per_million_actions"),
     *("usd_per_million_actions_electricity_only", "cost_basis", "price_usd", "price_source", "duty_cycle"),
     *("lifetime_years", "electricity_usd_per_kwh", "memory_needed_gb", "device_memory_gb", "action_error", "valid"),
-    *("invalid_reason", "approximate", "error_band", "calibration", "band_coverage", "published_energy_kj"),
+    *("invalid_reason", "approximate", "error_band", "calibration", "band_coverage", "band_basis"),
+    *("published_energy_kj",),
     *("source", "stack", "date", "vlabench_version", "run_id"),
 )
 

@@ -9,11 +9,11 @@ from typing import Any
 import vlabench
 from vlabench.analysis.cet import CostAssumptions
 from vlabench.analysis.projected_rows import ProjectedRow
+from vlabench.analysis.projection_energy import idle_power
 from vlabench.errors import InputError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
-from vlabench.telemetry.energy.select import ASSUMED_IDLE_SHARE
 from vlabench.vocab import Precision
 
 from .reported import ReportedEntry
@@ -48,29 +48,25 @@ def _workload(model: str, cameras: int, steps: int) -> dict[str, int | None]:
 
 
 def projection_labels(projection: ProjectedRow) -> dict[str, Any]:
-    """What a projected row says about its own reliability beyond its band: a calibration label (``uncalibrated``
-    for a stack fitted on too few entries) and the band's coverage (the share of held-out published figures inside
-    their band), each shown when the row contract carries a field for it (a field whose name contains
-    ``calibrat``, resp. ``coverage``); None where it carries none."""
-    fields = projection.model_dump()
-    label = next((v for k, v in fields.items() if "calibrat" in k and isinstance(v, str)), None)
-    coverage = next(
-        (v for k, v in fields.items() if "coverage" in k and isinstance(v, float | int) and not isinstance(v, bool)),
-        None,
-    )
-    return {"calibration": label, "band_coverage": coverage}
+    """What a projected row says about its own reliability beyond its band: ``uncalibrated`` for a stack fitted on
+    fewer than three published entries, and the band's coverage (the share of held-out published figures inside
+    their band) with the entries it was drawn from."""
+    return {
+        "calibration": "uncalibrated" if projection.uncalibrated else None,
+        "band_coverage": projection.band_coverage,
+        "band_basis": projection.band_basis,
+    }
 
 
 def idle_w(profile: DeviceProfile) -> float | None:
-    """The idle power the estimated energy assumes: the profile's, else the share of TDP ``--energy-meter
-    estimated`` assumes (the rule of ``analysis.projection``)."""
-    if profile.idle_w is not None:
-        return profile.idle_w.value
-    return profile.tdp_w.value * ASSUMED_IDLE_SHARE if profile.tdp_w is not None else None
+    """The idle power the estimated energy assumes: the profile's cited one, else the projection's estimate
+    (``analysis.projection_energy.idle_power``: its class's mean idle share of TDP)."""
+    idle = idle_power(profile)
+    return None if idle is None else idle.watts
 
 
 def band_label(error_band: float | None) -> str | None:
-    """The leave-one-out error band as the page shows it next to the badge, e.g. ``±18%``."""
+    """The grouped-CV error band as the page shows it next to the badge, e.g. ``±18%``."""
     return None if error_band is None else f"±{error_band * 100:.0f}%"
 
 

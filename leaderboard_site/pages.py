@@ -28,6 +28,7 @@ PAGE_KEYS = (
     *("backend", "precision", "optimizations", "provenance", "group", "valid", "invalid_reason", "approximate"),
     *("latency_p50_ms", "latency_p99_ms", "memory_needed_gb", "device_memory_gb", "device_memory_nameplate_gb"),
     *("chunk", "action_error", "action_error_note", "p99_note", "error_band", "calibration", "band_coverage"),
+    *("band_basis",),
     *("stack", "date", "source", "assumed", "phases", "page", "device_page", "energy_label"),
     *("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
     *("deployment", "robots", "robots_per_device", "rows_per_inference", "execution", "actions_per_chunk"),

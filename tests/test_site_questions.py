@@ -29,15 +29,8 @@ SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 runner = CliRunner()
 
 
-class Calibrated(ProjectedRow):
-    """A projected row carrying the calibration label and band coverage the projection is to add (issue 46)."""
-
-    calibration: str
-    band_coverage: float
-
-
-def _projected(model, device, kind, stack, e2e, band, price, cameras, precision="bf16", cls=ProjectedRow, **extra):
-    return cls(
+def _projected(model, device, kind, stack, e2e, band, price, cameras, precision="bf16", **extra):
+    return ProjectedRow(
         model=model,
         family=model,
         device=device,
@@ -85,9 +78,9 @@ PROJECTED = [
         0.02,
         30000.0,
         3,
-        cls=Calibrated,
-        calibration="uncalibrated",
+        uncalibrated=True,
         band_coverage=0.81,
+        band_basis="every entry",
     ),
 ]
 INPUTS = [*bundled_inputs(), *H200_RUNS]
@@ -255,12 +248,12 @@ def test_how_sure_a_projected_row_is(tab, site, patched):
     tab.click("#search-results a")
     row_id = re.search(r"row-(\S+)", tab.evaluate("document.querySelector('tr.target').id")).group(1)
     row = next(r for r in _table(tab) if r["id"] == row_id)
-    assert row["provenance"] == "projected ±2% uncalibrated coverage 81%"
+    assert row["provenance"] == "projected ±2% uncalibrated coverage 81% (every entry)"
     expected = next(r for r in _rank(patched, "--model", "pi0") if r["id"] == row_id)
     assert expected["error_band"] == 0.02 and expected["calibration"] == "uncalibrated"
     assert expected["band_coverage"] == 0.81
     assert tab.input_value("#model") == "pi0" and "how to read this" in tab.inner_text("main").lower()
-    assert "median error of this stack's leave-one-out projections" in tab.inner_text(".explain")
+    assert "sources held out of the fit" in tab.inner_text(".explain")
     plain = next(r for r in _table(tab) if "jetson-thor" in r["device"] and "tensorrt" in r["stack"])
     assert plain["provenance"] == "projected ±26%"
 

@@ -299,7 +299,7 @@
     const parts = [r.provenance];
     if (present(r.error_band)) parts.push(`±${Math.round(r.error_band * 100)}%`);
     if (r.calibration) parts.push(r.calibration);
-    if (present(r.band_coverage)) parts.push(`coverage ${Math.round(r.band_coverage * 100)}%`);
+    if (present(r.band_coverage)) parts.push(`coverage ${Math.round(r.band_coverage * 100)}%` + (r.band_basis ? ` (${r.band_basis})` : ""));
     return parts.join(" ");
   }
   function deploymentText(r) {
