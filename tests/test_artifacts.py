@@ -113,7 +113,7 @@ def test_kinds_are_distinct_and_the_run_schema_is_1_5():
     kinds = [kind_of(cls) for cls in ARTIFACTS]
     assert len(set(kinds)) == len(kinds) and kinds[0] == "run"
     assert artifact_types() == KINDS
-    assert SCHEMA_VERSION == "1.5" and RunResult.model_fields["schema_version"].default == "1.5"
+    assert SCHEMA_VERSION == "1.6" and RunResult.model_fields["schema_version"].default == "1.6"
 
 
 def _package_modules() -> list[str]:
