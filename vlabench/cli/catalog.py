@@ -96,6 +96,9 @@ def rank(
         bool,
         typer.Option("--approximate-together", help="Rank approximate rows (lossy optimizations) with the exact ones."),
     ] = False,
+    include_partial: Annotated[
+        bool, typer.Option("--include-partial", help="Rank partial results too (interrupted after timing began).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of a table.")] = False,
 ) -> None:
     """Rank results by CET: gate on memory and control rate (p99), order by the priority, flag the Pareto set."""
@@ -106,7 +109,7 @@ def rank(
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
     model = chosen_execution(execution, actions_per_chunk)
-    loaded, skipped = load_results(paths)
+    loaded, skipped = load_results(paths, include_partial)
     warn_skipped(skipped)
     if not loaded:
         raise InputError(f"no readable results under {', '.join(map(str, paths))}")

@@ -57,8 +57,9 @@ class RobotsSettings:
 
     @property
     def grace_s(self) -> float:
-        """How long after the window requests in flight may still finish: a batch's wait and one more period."""
-        return max(MIN_GRACE_S, self.max_wait_s + self.period_s)
+        """How long after the window requests in flight may still finish (one period, at least a second): the
+        batcher's wait never stretches it."""
+        return max(MIN_GRACE_S, self.period_s)
 
     @property
     def threads(self) -> int:
