@@ -113,7 +113,8 @@ def run_remote_robots(config: RunConfig, as_json: bool) -> tuple[Saved, Vlabench
     from vlabench.serving.client import run_remote
 
     check_paths(config)
-    result, fault = run_remote(config)
+    info = notes(as_json)
+    result, fault = run_remote(config, lambda text: info.print(markup_safe(text), highlight=False))
     saved = save_result(result, config.out)
     if as_json:
         write_json(result.model_dump_json(indent=2))
@@ -121,7 +122,7 @@ def run_remote_robots(config: RunConfig, as_json: bool) -> tuple[Saved, Vlabench
         for renderable in result_tables(result):
             stdout.print(renderable)
     if saved.problem is None:
-        notes(as_json).print(f"result: [bold]{markup_safe(saved.path)}[/]", soft_wrap=True)
+        info.print(f"result: [bold]{markup_safe(saved.path)}[/]", soft_wrap=True)
     return saved, None if fault is None else type(fault)(f"{fault}; {kept(result)}")
 
 

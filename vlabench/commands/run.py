@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -248,6 +249,7 @@ def execute_many(
     prepared: dict[int, PreparedPolicy] | None = None,
     notes: tuple[str, ...] = (),
     extra_details: dict[int, dict[str, Any]] | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     """Prepare every plan's backend in this process (``prepared``: plan index → a policy already prepared for it),
     time them interleaved, then measure energy one by one; each result is assembled whole, with ``notes`` among its
@@ -289,7 +291,7 @@ def execute_many(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
             )
         energy = measure_plan_energy(plan, contender)
-        serving, stopped = serve_in_process(plan, contender, prepare_contender, plan.meter.meter, energy)
+        serving, stopped = serve_in_process(plan, contender, prepare_contender, plan.meter.meter, energy, announce)
         measured = Measured(
             contender=contender,
             measurement=measurement,

@@ -217,6 +217,7 @@ def serve_in_process(
     prepare: Callable[[PlannedRun], Contender],
     meter: EnergyMeter | None = None,
     energy: EnergyResult | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[ServingResult | None, str | None]:
     """Serve ``--robots`` robots (or search the capacity) from ``contender`` and the smaller bucket sizes
     ``prepare`` makes, for ``--serve-duration`` seconds each; ``meter`` read over each window (with ``energy``, the
@@ -230,10 +231,12 @@ def serve_in_process(
     try:
         infer = batched_inference(plan, contender, prepare)
     except KeyboardInterrupt:
-        return None, "interrupted while preparing to serve, after the timed pass"
+        return None, "interrupted (Ctrl-C) while preparing to serve, after the timed pass"
 
     def serve_at(robots: int) -> ServingResult:
         settings = robots_settings(config, robots, plan.workload.batch, execution)
+        payloads = observations.ensure(robots)
+        announce_window(announce, settings, "in this process")
         readings: list[EnergyReading] = []
         metered = meter is not None and energy is not None
 
@@ -243,7 +246,7 @@ def serve_in_process(
             else:
                 readings.append(meter.stop())
 
-        measured = serve_robots(infer, observations.ensure(robots), settings, window if metered else None)
+        measured = serve_robots(infer, payloads, settings, window if metered else None)
         served = serving_result(
             measured,
             transport="in-process",
@@ -269,9 +272,19 @@ def serve_in_process(
         return search(config, serve_at, costed, execution), None
     except ValueError as exc:  # nothing was served in the window
         return None, str(exc)
+    except KeyboardInterrupt:  # before any window opened
+        return None, "interrupted (Ctrl-C) after the timed pass, before the robots were served"
     finally:
         if meter is not None:
             meter.close()
+
+
+def announce_window(announce: Callable[[str], None] | None, settings: RobotsSettings, where: str) -> None:
+    if announce:
+        announce(
+            f"serving {settings.robots} robot(s) {where} for {settings.duration_s:g} s (Ctrl-C stops; what was "
+            "served is kept)"
+        )
 
 
 def interrupted(served: ServingResult) -> bool:
@@ -306,5 +319,6 @@ def search(
     served = found.at_capacity.served
     update = {"capacity": record, "capacity_robots": found.capacity}
     if found.stopped:
-        update |= {"status": "partial", "stopped": f"capacity search: {found.steps[-1].served.stopped}"}
+        why = found.steps[-1].served.stopped or "interrupted (Ctrl-C) between two windows"
+        update |= {"status": "partial", "stopped": f"capacity search stopped at {found.steps[-1].robots} robots: {why}"}
     return served.model_copy(update=update)

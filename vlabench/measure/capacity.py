@@ -42,13 +42,19 @@ def search_capacity(
     serve_at: Callable[[int], tuple[bool, Served]], most: int, stop: Callable[[Served], bool] = lambda _: False
 ) -> Search[Served]:
     """Serve 1, 2, 4, … robots (``serve_at(n)``: passed, what was measured) until one fails or ``most`` passes,
-    then bisect; each count is served once. A window for which ``stop`` is true ends the search there."""
+    then bisect; each count is served once. A window for which ``stop`` is true, or Ctrl-C between windows, ends
+    the search there."""
     if most < 1:
         raise ValueError(f"the capacity search needs at least one robot, not {most}")
     steps: list[Step[Served]] = []
 
     def run(robots: int) -> bool:
-        passed, served = serve_at(robots)
+        try:
+            passed, served = serve_at(robots)
+        except KeyboardInterrupt:  # between windows: the counts served so far are kept
+            if not steps:
+                raise
+            raise _Stop from None
         steps.append(Step(robots, passed, served))
         if stop(served):
             raise _Stop

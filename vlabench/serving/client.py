@@ -17,7 +17,14 @@ from dataclasses import replace
 import grpc
 
 from vlabench.analysis.cet import CostReport
-from vlabench.commands.run_serving import RobotObservations, check_robots_fit, interrupted, robots_settings, search
+from vlabench.commands.run_serving import (
+    RobotObservations,
+    announce_window,
+    check_robots_fit,
+    interrupted,
+    robots_settings,
+    search,
+)
 from vlabench.config import RunConfig
 from vlabench.errors import (
     InputError,
@@ -197,7 +204,9 @@ def link_of(link: LinkSettings | None) -> Link | None:
     )
 
 
-def run_remote(config: RunConfig) -> tuple[RunResult, VlabenchError | None]:
+def run_remote(
+    config: RunConfig, announce: Callable[[str], None] | None = None
+) -> tuple[RunResult, VlabenchError | None]:
     """Serve ``--robots`` robots of this host (or search the capacity) from the server at ``--remote`` for
     ``--serve-duration`` seconds each. Returns the result (the server's baseline with this serving block; partial
     when the window ended early) and the fault that ended it early, if any. What fails before anything was served (a
@@ -226,7 +235,9 @@ def run_remote(config: RunConfig) -> tuple[RunResult, VlabenchError | None]:
                 robots_settings(config, robots, description.max_batch, execution),
                 max_wait_s=description.max_wait_ms / 1000.0,
             )
-            measured = drive_robots(session.ask_with(observations.ensure(robots)), settings, None, session.abandon)
+            ask = session.ask_with(observations.ensure(robots))  # made before the window opens
+            announce_window(announce, settings, f"from {session.where}")
+            measured = drive_robots(ask, settings, None, session.abandon)
             errors[:] = measured.errors
             try:
                 return serving_result(

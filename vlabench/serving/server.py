@@ -37,6 +37,7 @@ REPLY_TIMEOUT_S = 600.0
 """How long a request may wait for its batch's inference before the server gives up on it."""
 STARTING = "starting: the server is timing its baseline pass and preparing the policy"
 SHUTTING_DOWN = "the policy server is shutting down"
+DRAIN_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -205,9 +206,12 @@ class PolicyServer:
             self.shutdown()
 
     def shutdown(self) -> None:
+        """Fail what is queued and say "shutting down" to every call for ``DRAIN_S``, then stop: a robot learns why
+        its server went, instead of finding the connection gone."""
         self.stopping.set()
         if self.batcher is not None:
             self.batcher.close()
+        time.sleep(DRAIN_S)
         self.server.stop(grace=1.0).wait()
 
     def stop(self) -> None:
