@@ -39,14 +39,12 @@ def robots_gate(
     latency_p50_ms: float,
     control_hz: float,
     execution: ExecutionModel,
-    robots: int,
     problems: list[str],
 ) -> tuple[bool, str | None]:
-    """The per-robot p99 gate: every robot got a reply, none of its requests failed or was shed (``problems``), and
-    the slowest robot's p99 passes the control gate; the reason when it does not."""
+    """The per-robot p99 gate: no request failed, was shed or was still unanswered when the window closed (a grace
+    at least the gate's budget later: ``problems``), and the slowest robot's p99 passes the control gate; the reason
+    when it does not. (An open-loop robot may have asked nothing in a short window.)"""
     if problems:
         return False, "; ".join(problems)
-    if len(per_robot_p99_ms) < robots:
-        return False, f"{robots - len(per_robot_p99_ms)} of {robots} robots got no reply"
     verdict = gate(latency_p50_ms, max(per_robot_p99_ms), control_hz, execution)
     return verdict.meets_target, verdict.reason

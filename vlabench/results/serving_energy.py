@@ -71,10 +71,12 @@ def capacity_step(
         problems.append(f"{len(serving.failures)} robot(s) failed: {serving.failures[0]}")
     if serving.shed:
         problems.append(f"{serving.shed} request(s) shed: the server fell behind the arrivals")
+    if serving.unfinished:
+        problems.append(f"{serving.unfinished} request(s) unanswered when the window closed")
     if serving.stopped and not serving.failures:
         problems.append(serving.stopped)
     per_robot = [robot.latency_p99_ms for robot in serving.per_robot]
-    passed, reason = robots_gate(per_robot, serving.latency.p50, control_hz, execution, serving.robots, problems)
+    passed, reason = robots_gate(per_robot, serving.latency.p50, control_hz, execution, problems)
     return CapacityStep(
         robots=serving.robots,
         passed=passed,
