@@ -57,7 +57,7 @@ def offload_result(
             for name in (
                 *("remote", "robots", "max_robots", "arrivals", "serve_duration_s", "request_timeout_s"),
                 *("connect_timeout_s", "encoding", "jpeg_quality", "link", "execution", "control_hz"),
-                *("actions_per_chunk", "seed", "out"),
+                *("actions_per_chunk", "seed", "out", "tls_ca", "tls_cert", "tls_key", "token_file"),
             )
         }
         | {"robots": serving.robots if config.robots != "auto" else "auto"}

@@ -76,6 +76,7 @@ class Session:
             ("grpc.max_send_message_length", 256 << 20),
         ]
         address = self.proxy.address if self.proxy else self.where
+        self.tls = credentials is not None
         if credentials is None:
             self.channel = grpc.insecure_channel(address, options=options)
         else:
@@ -102,6 +103,16 @@ class Session:
             except grpc.RpcError as exc:
                 fault = rpc_fault(exc, DESCRIBE_TIMEOUT_S, self.where)
                 starting = exc.code() == grpc.StatusCode.UNAVAILABLE and STARTING in (exc.details() or "")
+                if isinstance(fault, ServerLostError):  # closed before a first answer: the handshake failed
+                    hint = (
+                        "a client certificate it requires (--tls-cert/--tls-key) or a CA that does not match"
+                        if (self.tls)
+                        else "does it need TLS (--tls-ca)?"
+                    )
+                    raise UnavailableError(
+                        f"the policy server at {self.where} closed the connection before answering, as a TLS "
+                        f"handshake refused: {hint} ({exc.details()})"
+                    ) from None
                 if not starting and not isinstance(fault, ServerTimeoutError):
                     raise fault from None
             if time.monotonic() + 0.25 >= self.deadline:
