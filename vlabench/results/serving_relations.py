@@ -55,6 +55,14 @@ def _count_relations(served: Any, result: RunResult) -> Problems:
     robots = [robot.robot for robot in served.per_robot]
     if len(set(robots)) != len(robots) or any(not 0 <= robot < served.robots for robot in robots):
         found.append(("serving.per_robot", f"robots of the window: entries {robots} for {served.robots} robots"))
+    if served.arrivals == "closed" and served.status == "complete" and len(robots) + served.unfinished < served.robots:
+        found.append(
+            (
+                "serving.per_robot",
+                f"every robot asks: {len(robots)} of {served.robots} closed-loop robots were served in a complete "
+                f"window ({served.unfinished} unanswered at its end); each asks within the first half",
+            )
+        )
     counted = sum(robot.requests for robot in served.per_robot)
     if counted != served.requests:
         found.append(("serving.requests", f"requests = robots' requests: {served.requests} against {counted}"))
