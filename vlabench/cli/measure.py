@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from vlabench.cli import serving_options as serving
+import vlabench.cli.serving_options as serving
 from vlabench.cli.options import (
     RUN_DEFAULTS,
     ActionsPerChunkFlag,

@@ -23,7 +23,7 @@ from vlabench.cli.options import (
     with_target_options,
 )
 from vlabench.cli.run_config import build_run_config
-from vlabench.cli.serving_options import ServeTlsCaFlag, TlsCertFlag, TlsKeyFlag, TokenFileFlag
+from vlabench.cli.serving_options import ServeTlsCaFlag, ServeTlsCertFlag, ServeTlsKeyFlag, ServeTokenFileFlag
 from vlabench.cli.views.console import markup_safe, stderr, stdout
 from vlabench.commands.run_output import Saved
 from vlabench.config import RunConfig
@@ -54,10 +54,10 @@ def serve_policy(
     energy_meter: Annotated[
         str, typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
     ] = RUN_DEFAULTS.energy_meter,
-    tls_cert: TlsCertFlag = None,
-    tls_key: TlsKeyFlag = None,
+    tls_cert: ServeTlsCertFlag = None,
+    tls_key: ServeTlsKeyFlag = None,
     tls_ca: ServeTlsCaFlag = None,
-    token_file: TokenFileFlag = None,
+    token_file: ServeTokenFileFlag = None,
     config: Annotated[
         Path | None, OutputOption(help="YAML file with any of `vlabench run`'s settings; flags override it.")
     ] = None,

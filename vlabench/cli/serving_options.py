@@ -67,10 +67,17 @@ def access_option(help: str) -> Any:
     return OutputOption(help=help, rich_help_panel=ACCESS)
 
 
-TlsCaFlag = Annotated[Path | None, access_option("The CA the peer's certificate must chain to (PEM).")]
-TlsCertFlag = Annotated[Path | None, access_option("This side's certificate (PEM; with --tls-key).")]
-TlsKeyFlag = Annotated[Path | None, access_option("This side's private key (PEM).")]
-TokenFileFlag = Annotated[Path | None, access_option("A file holding the access token (serve: required from callers).")]
+TlsCaFlag = Annotated[
+    Path | None, ServingOption(help="With --remote: the CA the server's certificate must chain to (PEM).")
+]
+TlsCertFlag = Annotated[
+    Path | None, ServingOption(help="With --remote: this client's certificate (PEM; with --tls-key).")
+]
+TlsKeyFlag = Annotated[Path | None, ServingOption(help="With --remote: this client's private key (PEM).")]
+TokenFileFlag = Annotated[Path | None, ServingOption(help="With --remote: a file holding the server's access token.")]
+ServeTlsCertFlag = Annotated[Path | None, access_option("The server's certificate (PEM; with --tls-key): TLS.")]
+ServeTlsKeyFlag = Annotated[Path | None, access_option("The server's private key (PEM).")]
 ServeTlsCaFlag = Annotated[
     Path | None, access_option("Require client certificates signed by this CA (PEM; with --tls-cert).")
 ]
+ServeTokenFileFlag = Annotated[Path | None, access_option("A file holding the access token every caller must send.")]
