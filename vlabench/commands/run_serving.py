@@ -35,7 +35,7 @@ from vlabench.results.capacity import CapacitySearch
 from vlabench.results.schema import EnergyResult
 from vlabench.results.serving import ServingResult, serving_result
 from vlabench.results.serving_energy import capacity_step, with_energy
-from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading
+from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.vocab import Precision
 
 OBSERVATIONS_PER_ROBOT = 4
@@ -211,34 +211,31 @@ def robots_settings(config: RunConfig, robots: int, max_batch: int, execution: E
     )
 
 
-def serve_in_process(
-    plan: PlannedRun,
-    contender: Contender,
-    prepare: Callable[[PlannedRun], Contender],
-    meter: EnergyMeter | None = None,
-    energy: EnergyResult | None = None,
-    announce: Callable[[str], None] | None = None,
-) -> tuple[ServingResult | None, str | None]:
-    """Serve ``--robots`` robots (or search the capacity) from ``contender`` and the smaller bucket sizes
-    ``prepare`` makes, for ``--serve-duration`` seconds each; ``meter`` read over each window (with ``energy``, the
-    energy pass, for idle power). Returns the serving block (None: not served) and, when nothing was served (Ctrl-C
-    or SIGTERM first, every robot failed), why there is none."""
-    config = plan.config
-    if not config.robots:
-        return None, None
-    execution = execution_model(config, plan.workload)
-    observations = RobotObservations(plan.workload, config.seed)
-    try:
-        infer = batched_inference(plan, contender, prepare)
-    except KeyboardInterrupt:
-        return None, "interrupted (Ctrl-C) while preparing to serve, after the timed pass"
+class InProcessServing:
+    """The prepared policy (and one per smaller bucket size, from ``prepare``) behind a batcher, serving any number
+    of robots one window at a time; ``meter`` is read over each window, with ``energy`` (the energy pass) for idle
+    power."""
 
-    def serve_at(robots: int) -> ServingResult:
-        settings = robots_settings(config, robots, plan.workload.batch, execution)
-        payloads = observations.ensure(robots)
-        announce_window(announce, settings, "in this process")
-        readings: list[EnergyReading] = []
-        metered = meter is not None and energy is not None
+    def __init__(
+        self,
+        plan: PlannedRun,
+        contender: Contender,
+        prepare: Callable[[PlannedRun], Contender],
+        meter: EnergyMeter | None = None,
+        energy: EnergyResult | None = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self.plan, self.meter, self.energy, self.announce = plan, meter, energy, announce
+        self.execution = execution_model(plan.config, plan.workload)
+        self.observations = RobotObservations(plan.workload, plan.config.seed)
+        self.infer = batched_inference(plan, contender, prepare)
+
+    def serve(self, robots: int, config: RunConfig | None = None) -> ServingResult:
+        """One window of ``robots`` under ``config``'s serving settings (default: the plan's)."""
+        settings = robots_settings(config or self.plan.config, robots, self.plan.workload.batch, self.execution)
+        payloads = self.observations.ensure(robots)
+        announce_window(self.announce, settings, "in this process")
+        meter, readings = self.meter if self.energy is not None else None, []
 
         def window(opening: bool) -> None:
             if opening:
@@ -246,12 +243,12 @@ def serve_in_process(
             else:
                 readings.append(meter.stop())
 
-        measured = serve_robots(infer, payloads, settings, window if metered else None)
+        measured = serve_robots(self.infer, payloads, settings, window if meter else None)
         served = serving_result(
             measured,
             transport="in-process",
-            actions_per_request=execution.actions_per_inference,
-            batch_sizes=infer.sizes,
+            actions_per_request=self.execution.actions_per_inference,
+            batch_sizes=self.infer.sizes,
         )
         if not readings:
             return served
@@ -260,23 +257,46 @@ def serve_in_process(
             label=meter.label,
             method=f"{meter.method}: the meter's average power over the serving window x its duration",
             joules=readings[0].average_w * served.duration_s,
-            idle_w=energy.idle_w,
+            idle_w=self.energy.idle_w,
         )
 
-    def costed(served: ServingResult) -> tuple[ServingResult, CostReport | None]:
+    def costed(self, served: ServingResult) -> tuple[ServingResult, CostReport | None]:
+        plan, energy = self.plan, self.energy
         return served, run_cost(plan, energy, served.latency, device_price(plan), served) if energy else None
 
+    def close(self) -> None:
+        if self.meter is not None:
+            self.meter.close()
+
+
+def serve_in_process(
+    plan: PlannedRun,
+    contender: Contender,
+    prepare: Callable[[PlannedRun], Contender],
+    meter: EnergyMeter | None = None,
+    energy: EnergyResult | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> tuple[ServingResult | None, str | None]:
+    """Serve ``--robots`` robots (or search the capacity) for ``--serve-duration`` seconds each (``InProcessServing``).
+    Returns the serving block (None: not served) and, when nothing was served (Ctrl-C or SIGTERM first, every robot
+    failed), why there is none."""
+    config = plan.config
+    if not config.robots:
+        return None, None
+    try:
+        serving = InProcessServing(plan, contender, prepare, meter, energy, announce)
+    except KeyboardInterrupt:
+        return None, "interrupted (Ctrl-C) while preparing to serve, after the timed pass"
     try:
         if config.robots != "auto":
-            return serve_at(config.robots or 1), None
-        return search(config, serve_at, costed, execution), None
+            return serving.serve(config.robots or 1), None
+        return search(config, serving.serve, serving.costed, serving.execution), None
     except ValueError as exc:  # nothing was served in the window
         return None, str(exc)
     except KeyboardInterrupt:  # before any window opened
         return None, "interrupted (Ctrl-C) after the timed pass, before the robots were served"
     finally:
-        if meter is not None:
-            meter.close()
+        serving.close()
 
 
 def announce_window(announce: Callable[[str], None] | None, settings: RobotsSettings, where: str) -> None:
