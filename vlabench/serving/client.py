@@ -197,14 +197,17 @@ def with_batches(measured: ServingMeasurement) -> ServingMeasurement:
     return measured
 
 
-def fault_of(errors: list[BaseException], stopped: str | None) -> VlabenchError:
-    """The error a window that ended early ends the run with: the first robot's fault, or the interrupt."""
+def fault_of(errors: list[BaseException], stopped: str | None, where: str = "the server") -> VlabenchError:
+    """The error a window that ended early (or served nothing) ends the run with: the first robot's fault, the
+    interrupt, or replies that never came within the window."""
     faults = [error.fault for error in errors if isinstance(error, RemoteError)]
     if faults:
         return faults[0]
     if errors:
         return UnavailableError(f"the robots failed: {type(errors[0]).__name__}: {errors[0]}")
-    return InterruptError(stopped or "interrupted")
+    if stopped:
+        return InterruptError(stopped)
+    return ServerTimeoutError(f"no reply from {where} before the serving window and its grace ran out")
 
 
 def link_of(link: LinkSettings | None) -> Link | None:
@@ -262,14 +265,14 @@ def run_remote(
                     ping_ms=ping,
                 )
             except ValueError:  # nothing was served: no result
-                fault = fault_of(measured.errors, measured.stopped)
+                fault = fault_of(measured.errors, measured.stopped, session.where)
                 raise type(fault)(f"{fault}; nothing was served, no result was written") from None
 
         def costed(served: ServingResult) -> tuple[ServingResult, CostReport | None]:
             return offload_served(baseline, served, config, execution)
 
         def gone(served: ServingResult) -> bool:
-            return interrupted(served) or any(isinstance(fault_of([e], None), SERVER_GONE) for e in errors)
+            return interrupted(served) or any(isinstance(fault_of([error], None), SERVER_GONE) for error in errors)
 
         if config.robots == "auto":
             served = search(config, serve_at, costed, execution, gone)

@@ -121,6 +121,12 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dire
         writer.close()
 
 
+def quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """Connections cut by ``close`` are no error worth printing; anything else is reported as asyncio would."""
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
+
+
 class EmulatedLink:
     """A proxy on 127.0.0.1 (``address``) to ``host:port`` through the link ``settings``; ``close`` stops it."""
 
@@ -134,6 +140,7 @@ class EmulatedLink:
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(quiet_cancellations)
         self.server = self.loop.run_until_complete(asyncio.start_server(self._connect, "127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         started.set()
