@@ -87,7 +87,7 @@ class ServerLostError(UnavailableError):
 
 
 class InterruptError(VlabenchError):
-    """Interrupted (Ctrl-C) before the command finished; no result is written."""
+    """Interrupted (Ctrl-C) before the command finished; no result is written, except a served run's partial one."""
 
     exit_code = 130
 
