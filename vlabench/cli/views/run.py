@@ -355,10 +355,12 @@ def feasibility_line(result: RunResult) -> Text:
         result.control.control_hz,
         result.control.execution_model(),
     )
+    frozen = result.serving is not None and result.serving.freezes
     return Text.assemble(
         "feasible   ",
         ("yes", "bold green") if not reasons else ("no", "bold red"),
         f" ({'; '.join(reasons) or 'fits in usable memory and meets the target at p99'})",
+        ("; FROZEN: the server stalled while robots waited (see warnings)", "bold red") if frozen else "",
     )
 
 
