@@ -112,6 +112,13 @@ FORGERIES = {
         "serving.energy.joules",
         "window = batches + idle",
     ),
+    "batch energy that ignores the batches' durations": (
+        "served-in-process",
+        lambda r: changed(r, batch_log=r.serving.batch_log.model_copy(update={"joules": [
+            sum(r.serving.batch_log.joules) / len(r.serving.batch_log.joules)] * len(r.serving.batch_log.joules)})),
+        "serving.batch_log.joules",
+        "a batch's energy follows its duration",
+    ),
     "idle energy beyond idle power": (
         "offload-wifi",
         lambda r: changed(r, energy=r.serving.energy.model_copy(update={"idle_w": r.serving.energy.idle_w / 10})),

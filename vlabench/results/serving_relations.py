@@ -210,6 +210,19 @@ def _energy_relations(served: Any) -> Problems:
                 f"window = batches + idle: {energy.joules:g} J against {shares:g} + {energy.idle_joules:g} J",
             )
         )
+    busy_ms = sum(log.duration_ms) if log is not None else 0.0
+    if log is not None and log.joules and busy_ms > 0:
+        busy_joules = sum(log.joules)
+        for index, (joules, duration) in enumerate(zip(log.joules, log.duration_ms, strict=True)):
+            if not _close(joules, busy_joules * duration / busy_ms, 1e-9):
+                found.append(
+                    (
+                        f"serving.batch_log.joules.{index}",
+                        f"a batch's energy follows its duration: {joules:g} J for {duration:g} ms of the batches' "
+                        f"{busy_ms:g} ms and {busy_joules:g} J",
+                    )
+                )
+                break
     idle_s = max(0.0, served.duration_s - (served.busy_s or 0.0))
     if energy.idle_joules > energy.idle_w * idle_s * (1 + RELATIVE) + 1e-9 or any(j < 0 for j in log.joules):
         found.append(
