@@ -27,7 +27,7 @@ from vlabench.commands.run_serving import RobotObservations
 from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
-from vlabench.results.relations import relation_problems
+from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult
 from vlabench.serving.server import SERVICE, Limits
 from vlabench.serving.wire import decode_reply, encode_request, pack
@@ -73,7 +73,7 @@ def test_four_robots_over_grpc_report_where_their_time_went_and_what_the_window_
     assert result.cost.busy_fraction == pytest.approx(served.busy_fraction) and result.cost.robots_per_device == 4
     # the provenance is this host's, the phases the server's
     assert result.provenance.command_line == sys.argv and "offload: 4 robot(s)" in result.warnings[-1]
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
     (saved,) = tmp_path.glob("*.json")
     assert RunResult.model_validate_json(saved.read_text()).run_id == result.run_id
 
@@ -102,7 +102,7 @@ def test_an_emulated_link_delays_each_way_and_raw_frames_weigh_what_they_are(ser
     assert served.split_ms["uplink"].min >= 19 and served.split_ms["downlink"].min >= 19
     assert served.wire.ping_ms.min >= 40  # an empty call crosses the link twice
     assert served.payload_bytes["request"].min > 2 * CAMERA_FRAME[0] * CAMERA_FRAME[1] * 3
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
 
 
 def test_the_capacity_search_runs_against_a_remote_server(server, tmp_path):
@@ -112,7 +112,7 @@ def test_the_capacity_search_runs_against_a_remote_server(server, tmp_path):
     assert [step.robots for step in search.steps] == [1, 2, 3] and all(step.passed for step in search.steps)
     assert result.serving.capacity_robots == search.capacity_robots == 3 == result.serving.robots
     assert result.config.robots == "auto" and all(step.joules_per_action > 0 for step in search.steps)
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
 
 
 @pytest.mark.parametrize(

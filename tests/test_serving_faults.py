@@ -20,7 +20,7 @@ from serving_helpers import Server
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.results.relations import relation_problems
+from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult, load_result
 
 runner = CliRunner()
@@ -39,7 +39,7 @@ def partial_result(out: Path) -> RunResult:
     (saved,) = out.glob("*.json")
     result = load_result(saved)
     assert result.status == "partial" and result.serving.status == "partial" and result.serving.requests > 0
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
     return result
 
 
@@ -109,7 +109,7 @@ def test_a_server_frozen_for_three_seconds_is_flagged(server, tmp_path):
     result = RunResult.model_validate(json.loads(done.stdout))
     assert result.serving.freezes and max(freeze.latency_ms for freeze in result.serving.freezes) >= 2500
     assert any(warning.startswith("FROZEN:") for warning in result.warnings) and result.status == "complete"
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
 
 
 def test_a_server_slower_than_the_request_timeout_ends_the_run_as_a_timeout_with_a_partial_result(server, tmp_path):

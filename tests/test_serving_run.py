@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import vlabench.commands.run
 from vlabench.cli.app import app
-from vlabench.results.relations import relation_problems
+from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult
 
 runner = CliRunner()
@@ -52,7 +52,7 @@ def test_every_family_serves_three_robots_in_batches_of_two(model, tmp_path):
         serving.actions_per_s * serving.duration_s
     )
     assert 0 < serving.busy_fraction <= 1 and sum(serving.batch_log.size) >= serving.requests
-    assert relation_problems(result) == []
+    assert serving_relations(result) == []
     if result.energy is None:
         assert serving.energy is None and serving.joules_per_action is None and result.cost is None
         return
@@ -162,7 +162,7 @@ def test_the_capacity_search_keeps_the_largest_count_that_passes_under_either_ar
     assert lax.serving.capacity_robots == most == lax.serving.robots and lax.serving.arrivals == arrivals
     at = search.steps[-1]
     assert at.busy_fraction == lax.serving.busy_fraction and at.usd_per_robot_hour == lax.cost.usd_per_robot_hour
-    assert at.joules_per_action == lax.cost.joules_per_action and relation_problems(lax) == []
+    assert at.joules_per_action == lax.cost.joules_per_action and serving_relations(lax) == []
     strict = run_json("-m", "act-tiny", "--energy-meter", "none", "--robots", "auto", "--max-robots", "3",
                       "--arrivals", arrivals, "--control-hz", "100000", "--serve-duration", "0.5",
                       "-o", str(tmp_path))  # fmt: skip
