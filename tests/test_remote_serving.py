@@ -27,8 +27,8 @@ from vlabench.commands.run_serving import RobotObservations
 from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
-from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult
+from vlabench.results.serving_relations import serving_relations
 from vlabench.serving.server import SERVICE, Limits
 from vlabench.serving.wire import decode_reply, encode_request, pack
 

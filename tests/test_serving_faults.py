@@ -20,8 +20,8 @@ from serving_helpers import Server
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult, load_result
+from vlabench.results.serving_relations import serving_relations
 
 runner = CliRunner()
 

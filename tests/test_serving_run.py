@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import vlabench.commands.run
 from vlabench.cli.app import app
-from vlabench.results.serving_relations import serving_relations
 from vlabench.results.schema import RunResult
+from vlabench.results.serving_relations import serving_relations
 
 runner = CliRunner()
 
