@@ -82,13 +82,6 @@ def test_a_client_waits_for_a_starting_server_and_a_server_killed_mid_run_leaves
     assert runner.invoke(app, ["rank", str(tmp_path), "--include-partial"]).exit_code == 0
 
 
-@pytest.fixture(scope="module")
-def server():
-    running = Server("-m", "smolvla-tiny", "--batch", "2", "--energy-meter", "estimated")
-    yield running
-    running.stop(signal.SIGKILL)
-
-
 def frozen(server: Server, after_s: float, for_s: float) -> threading.Timer:
     def freeze() -> None:
         os.kill(server.pid, signal.SIGSTOP)
@@ -100,33 +93,37 @@ def frozen(server: Server, after_s: float, for_s: float) -> threading.Timer:
     return timer
 
 
-def test_a_server_frozen_for_three_seconds_is_flagged(server, tmp_path):
-    timer = frozen(server, 1.5, 3.0)
-    done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "2", "--serve-duration", "6",
-                               "-o", str(tmp_path), "--json"])  # fmt: skip
-    timer.join()
-    assert done.exit_code == 0, done.output[-2000:]
-    result = RunResult.model_validate(json.loads(done.stdout))
-    assert result.serving.freezes and max(freeze.latency_ms for freeze in result.serving.freezes) >= 2500
-    assert any(warning.startswith("FROZEN:") for warning in result.warnings) and result.status == "complete"
-    assert serving_relations(result) == []
+def test_a_server_that_freezes_is_flagged_one_slower_than_the_timeout_ends_the_run_and_one_shutting_down_says_so(
+    tmp_path,
+):
+    """One server, three faults in turn: frozen 3 s under the default timeout (flagged, exit 0), frozen past a 1 s
+    timeout (exit 13, partial), then SIGTERM mid-run (exit 14, partial)."""
+    server = Server("-m", "smolvla-tiny", "--batch", "2", "--energy-meter", "estimated")
+    try:
+        timer = frozen(server, 1.5, 3.0)
+        done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "2", "--serve-duration", "6",
+                                   "-o", str(tmp_path / "frozen"), "--json"])  # fmt: skip
+        timer.join()
+        assert done.exit_code == 0, done.output[-2000:]
+        result = RunResult.model_validate(json.loads(done.stdout))
+        assert result.serving.freezes and max(freeze.latency_ms for freeze in result.serving.freezes) >= 2500
+        assert any(warning.startswith("FROZEN:") for warning in result.warnings) and result.status == "complete"
+        assert serving_relations(result) == []
 
+        timer = frozen(server, 1.5, 2.5)
+        done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "1", "--serve-duration", "6",
+                                   "--request-timeout", "1", "-o", str(tmp_path / "timeout")])  # fmt: skip
+        timer.join()
+        assert done.exit_code == 13 and "no reply from" in done.output and "partial result" in done.output
+        partial_result(tmp_path / "timeout")
 
-def test_a_server_slower_than_the_request_timeout_ends_the_run_as_a_timeout_with_a_partial_result(server, tmp_path):
-    timer = frozen(server, 1.5, 2.5)
-    done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "1", "--serve-duration", "6",
-                               "--request-timeout", "1", "-o", str(tmp_path)])  # fmt: skip
-    timer.join()
-    assert done.exit_code == 13 and "no reply from" in done.output and "partial result" in done.output, done.output
-    partial_result(tmp_path)
-
-
-def test_a_server_shutting_down_mid_run_says_so_and_the_run_keeps_what_was_served(server, tmp_path):
-    threading.Timer(3.0, server.stop, (signal.SIGTERM,)).start()  # the in-process robots are served within 3 s
-    done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "2", "--serve-duration", "60",
-                               "-o", str(tmp_path)])  # fmt: skip
-    assert done.exit_code == 14 and "is shutting down" in done.output and "partial result" in done.output
-    partial_result(tmp_path)
+        threading.Timer(3.0, server.stop, (signal.SIGTERM,)).start()  # the in-process robots are served within 3 s
+        done = runner.invoke(app, ["run", "--remote", server.address, "--robots", "2", "--serve-duration", "60",
+                                   "-o", str(tmp_path / "shutdown")])  # fmt: skip
+        assert done.exit_code == 14 and "is shutting down" in done.output and "partial result" in done.output
+        partial_result(tmp_path / "shutdown")
+    finally:
+        server.stop(signal.SIGKILL)
 
 
 def test_a_served_run_interrupted_after_timing_keeps_a_partial_result(tmp_path):

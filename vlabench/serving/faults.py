@@ -27,7 +27,14 @@ from vlabench.errors import (
 from vlabench.serving.server import SHUTTING_DOWN, STARTING
 
 HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
-UNREACHABLE = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN, errno.EADDRNOTAVAIL}
+UNREACHABLE = {
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.EHOSTDOWN,
+    errno.ENETDOWN,
+    errno.EADDRNOTAVAIL,
+    errno.EAFNOSUPPORT,  # an IPv6 address on a host without IPv6
+}
 RETRY_S = 0.2
 
 
@@ -70,24 +77,24 @@ def wait_accepting(host: str, port: int, deadline: float) -> None:
         raise NameNotResolvedError(f"--remote {where}: the name {host} does not resolve ({exc.strerror})") from None
     while True:
         for family, kind, proto, _, sockaddr in addresses:
-            with socket.socket(family, kind, proto) as probe:
-                probe.settimeout(max(0.05, deadline - time.monotonic()))
-                try:
+            try:
+                with socket.socket(family, kind, proto) as probe:
+                    probe.settimeout(max(0.05, deadline - time.monotonic()))
                     probe.connect(sockaddr)
-                    return
-                except ConnectionRefusedError:
-                    continue
-                except TimeoutError:
+                return
+            except ConnectionRefusedError:
+                continue
+            except TimeoutError:
+                raise ServerUnreachableError(
+                    f"--remote {where}: the host did not answer a connection within the --connect-timeout"
+                ) from None
+            except OSError as exc:
+                if exc.errno in UNREACHABLE:
                     raise ServerUnreachableError(
-                        f"--remote {where}: the host did not answer a connection within the --connect-timeout"
+                        f"--remote {where}: the host cannot be reached ({exc.strerror}): check the address and the "
+                        "route to it"
                     ) from None
-                except OSError as exc:
-                    if exc.errno in UNREACHABLE:
-                        raise ServerUnreachableError(
-                            f"--remote {where}: the host cannot be reached ({exc.strerror}): check the address and "
-                            "the route to it"
-                        ) from None
-                    raise UnavailableError(f"--remote {where}: cannot connect ({exc.strerror})") from None
+                raise UnavailableError(f"--remote {where}: cannot connect ({exc.strerror})") from None
         if time.monotonic() + RETRY_S >= deadline:
             raise ServerRefusedError(
                 f"--remote {where}: connection refused (nothing listens on port {port} there): is `vlabench serve` "
