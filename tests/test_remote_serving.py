@@ -24,13 +24,15 @@ from typer.testing import CliRunner
 
 from vlabench.cli.app import app
 from vlabench.commands.run_serving import RobotObservations
+from vlabench.measure.batching import BatcherClosed, BatcherFull
 from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
 from vlabench.results.schema import RunResult
 from vlabench.results.serving_relations import serving_relations
-from vlabench.serving.server import SERVICE, Limits
-from vlabench.serving.wire import decode_reply, encode_request, pack
+from vlabench.serving.faults import parse_address, target
+from vlabench.serving.server import SERVICE, Limits, status_of
+from vlabench.serving.wire import WireError, decode_reply, encode_request, pack
 
 runner = CliRunner()
 
@@ -238,3 +240,23 @@ future = channel.unary_unary("/vlabench.PolicyServer/Act").future(message, timeo
 print("sending", flush=True)
 future.result()
 """
+
+
+@pytest.mark.parametrize(
+    "error, code, reason",
+    [
+        (WireError("a state of 13 bytes"), "INVALID_ARGUMENT", "a state of 13 bytes"),
+        (BatcherClosed(), "UNAVAILABLE", "shutting down"),
+        (BatcherFull("64 requests already wait"), "RESOURCE_EXHAUSTED", "overloaded: 64 requests"),
+        (TimeoutError("not served within 600 s"), "DEADLINE_EXCEEDED", "not served within"),
+        (RuntimeError("CUDA error: out of memory"), "INTERNAL", "RuntimeError: CUDA error: out of memory"),
+    ],
+)
+def test_every_handler_error_is_answered_with_a_status_that_says_why(error, code, reason):
+    status, detail = status_of(error)
+    assert status.name == code and reason in detail
+
+
+def test_an_ipv6_address_in_brackets_is_a_host_and_port():
+    assert parse_address("[::1]:50051") == ("::1", 50051) and target("::1", 50051) == "[::1]:50051"
+    assert parse_address("gpu-box.lab:7") == ("gpu-box.lab", 7)
