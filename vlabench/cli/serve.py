@@ -135,6 +135,6 @@ def kept(result: RunResult) -> str:
 def partial_error(result: RunResult) -> VlabenchError:
     """The error a run whose serving window ended early ends with, once its partial result is written."""
     reason = result.partial_reason or "stopped early"
-    if reason.startswith("interrupted") or "interrupted" in reason:
+    if "interrupted" in reason:
         return InterruptError(f"{reason}; {kept(result)}")
     return VlabenchError(f"the served robots failed ({reason}); {kept(result)}")

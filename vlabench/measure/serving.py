@@ -293,8 +293,9 @@ def drive_robots(
             while clock() < hard_end and (
                 any(thread.is_alive() for thread in threads) or (pool is not None and window.in_flight)
             ):
-                record = pump(window.end_ns) if pump is not None else time.sleep(0.02)
-                if record is not None:
+                if pump is None:
+                    time.sleep(0.02)
+                elif (record := pump(window.end_ns)) is not None:
                     batches.append(record)
         except KeyboardInterrupt as interrupt:
             how = "SIGTERM" if str(interrupt) == "SIGTERM" else "Ctrl-C"
