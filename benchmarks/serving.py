@@ -94,9 +94,9 @@ def model_block(args: argparse.Namespace, model: str, out: Path) -> dict:
         capacities = {}
         for arrivals in ("closed", "poisson"):
             searched = config.model_copy(update={"robots": "auto", "arrivals": arrivals})
-            found = search(searched, lambda n, c=searched: serving.serve(n, c), serving.costed, serving.execution)
-            capacities[arrivals] = found.capacity.model_dump(mode="json")
-            print(f"{model}: capacity ({arrivals}) {found.capacity_robots}", flush=True)
+            record, _ = search(searched, lambda n, c=searched: serving.serve(n, c), serving.costed, serving.execution)
+            capacities[arrivals] = record.model_dump(mode="json")
+            print(f"{model}: capacity ({arrivals}) {record.capacity_robots}", flush=True)
     finally:
         serving.close()
     e2e = baseline.timing.phases["e2e"]

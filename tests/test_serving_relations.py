@@ -207,3 +207,24 @@ def test_a_partial_result_is_flagged_by_validate(tmp_path, results):
     assert [problem.message for problem in problems if problem.field == "status"] == [
         "partial: robots failed: lost (kept, not fit for publication)"
     ]
+
+
+def test_a_count_that_served_nothing_fails_the_capacity_search_without_ending_it(results):
+    from vlabench.analysis.cet import ExecutionModel
+    from vlabench.commands.run_serving import search
+    from vlabench.config import RunConfig
+
+    served = results["served-in-process"].serving
+
+    def serve_at(robots: int):
+        if robots > 1:
+            raise ValueError("no request was served: 2 request(s) still unanswered when the window closed")
+        return served
+
+    config = RunConfig(robots="auto", max_robots=8, control_hz=0.1)
+    record, at = search(config, serve_at, lambda block: (block, None), ExecutionModel())
+    assert [(step.robots, step.passed) for step in record.steps] == [(1, True), (2, False)]
+    assert "still unanswered" in record.steps[1].reason and record.capacity_robots == 1
+    assert at.capacity_robots == 1 and at.capacity == record
+    nothing, none = search(config, lambda robots: serve_at(2), lambda block: (block, None), ExecutionModel())
+    assert none is None and nothing.capacity_robots == 0 and not nothing.steps[0].passed

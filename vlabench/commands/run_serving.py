@@ -31,7 +31,7 @@ from vlabench.models.input_pipeline import (
 )
 from vlabench.models.workload import Workload
 from vlabench.results.assemble import PlannedRun, device_price, execution_model, run_cost
-from vlabench.results.capacity import CapacitySearch
+from vlabench.results.capacity import CapacitySearch, CapacityStep
 from vlabench.results.schema import EnergyResult
 from vlabench.results.serving import ServingResult, serving_result
 from vlabench.results.serving_energy import capacity_step, with_energy
@@ -290,7 +290,8 @@ def serve_in_process(
     try:
         if config.robots != "auto":
             return serving.serve(config.robots or 1), None
-        return search(config, serving.serve, serving.costed, serving.execution), None
+        record, served = search(config, serving.serve, serving.costed, serving.execution)
+        return served, None if served is not None else f"capacity search: {record.steps[0].reason}"
     except ValueError as exc:  # nothing was served in the window
         return None, str(exc)
     except KeyboardInterrupt:  # before any window opened
@@ -317,18 +318,23 @@ def search(
     costed: Callable[[ServingResult], tuple[ServingResult, CostReport | None]],
     execution: ExecutionModel,
     stop: Callable[[ServingResult], bool] = lambda served: interrupted(served),
-) -> ServingResult:
-    """The capacity search (``--max-robots`` at most): the serving block at the capacity, with every count served
-    and its figures (``costed``: the block with its energy, and its cost); a window for which ``stop`` holds (Ctrl-C)
-    ends it, partial."""
+) -> tuple[CapacitySearch, ServingResult | None]:
+    """The capacity search (``--max-robots`` at most): every count served and its figures (``costed``: the block
+    with its energy, and its cost), and the serving block at the capacity (None: not even one robot was served); a
+    window for which ``stop`` holds (Ctrl-C) ends it, partial. A window that served nothing fails its count."""
     steps = []
 
-    def judged(robots: int) -> tuple[bool, ServingResult]:
-        served, cost = costed(serve_at(robots))
+    def judged(robots: int) -> tuple[bool, ServingResult | None]:
+        try:
+            served, cost = costed(serve_at(robots))
+        except ValueError as exc:  # nothing was served in the window
+            steps.append(CapacityStep(robots=robots, passed=False, reason=str(exc), requests=0, mean_batch=0,
+                                      latency_p50_ms=0, worst_p99_ms=0))  # fmt: skip
+            return False, None
         steps.append(capacity_step(served, cost, config.control_hz, execution))
         return steps[-1].passed, served
 
-    found = search_capacity(judged, config.max_robots, stop)
+    found = search_capacity(judged, config.max_robots, lambda served: served is not None and stop(served))
     record = CapacitySearch(
         arrivals=config.arrivals,
         control_hz=config.control_hz,
@@ -337,8 +343,11 @@ def search(
         steps=steps,
     )
     served = found.at_capacity.served
+    if served is None:
+        return record, None
     update = {"capacity": record, "capacity_robots": found.capacity}
     if found.stopped:
-        why = found.steps[-1].served.stopped or "interrupted (Ctrl-C) between two windows"
-        update |= {"status": "partial", "stopped": f"capacity search stopped at {found.steps[-1].robots} robots: {why}"}
-    return served.model_copy(update=update)
+        last = found.steps[-1]
+        why = (last.served.stopped if last.served else None) or "interrupted (Ctrl-C) between two windows"
+        update |= {"status": "partial", "stopped": f"capacity search stopped at {last.robots} robots: {why}"}
+    return record, served.model_copy(update=update)

@@ -137,7 +137,8 @@ def serving_result(
     settings, served, failures = measured.settings, measured.requests, measured.failures
     duration_s = measured.duration_s
     if not served:
-        raise ValueError("no request was served: " + ("; ".join(failures) or "the robots sent none"))
+        cut = f"{measured.unfinished} request(s) still unanswered when the window closed" if measured.unfinished else ""
+        raise ValueError("no request was served: " + ("; ".join(failures) or cut or "the robots sent none"))
     robots, period_ms = settings.robots, settings.period_s * 1000.0
     per_robot = []
     for robot in range(robots):

@@ -275,7 +275,10 @@ def run_remote(
             return interrupted(served) or any(isinstance(fault_of([error], None), SERVER_GONE) for error in errors)
 
         if config.robots == "auto":
-            served = search(config, serve_at, costed, execution, gone)
+            record, served = search(config, serve_at, costed, execution, gone)
+            if served is None:
+                fault = fault_of(errors, None, session.where)
+                raise type(fault)(f"capacity search: {record.steps[0].reason}; no result was written")
         else:
             served = serve_at(config.robots or 1)
         result = offload_result(baseline, served, config, execution, client=socket.gethostname())
