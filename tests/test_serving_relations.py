@@ -219,7 +219,7 @@ def test_a_count_that_served_nothing_fails_the_capacity_search_without_ending_it
     def serve_at(robots: int):
         if robots > 1:
             raise ValueError("no request was served: 2 request(s) still unanswered when the window closed")
-        return served
+        return served.model_copy(update={"robots": robots})
 
     config = RunConfig(robots="auto", max_robots=8, control_hz=0.1)
     record, at = search(config, serve_at, lambda block: (block, None), ExecutionModel())
