@@ -196,6 +196,16 @@ def test_a_forged_served_figure_is_refused_with_its_rule_named(results, forgery)
     assert any(where.startswith(field) and rule in message for where, message in found), found
 
 
+def test_a_served_result_of_schema_1_5_keeps_its_own_energy_accounting(results):
+    """Before 1.6 the serving block's joules per action was the energy pass's over the mean batch, with no window
+    energy or batch log: such files still read, their window relations are not asked of them."""
+    current = results["served-in-process"]
+    old = current.model_copy(update={"schema_version": "1.5"})
+    old = changed(old, energy=None, batch_log=None, busy_s=None, busy_fraction=None, joules_per_action=0.1)
+    assert relation_problems(old) == []
+    assert any(field == "serving.joules_per_action" for field, _ in relation_problems(changed(current, energy=None)))
+
+
 def test_a_partial_result_is_flagged_by_validate(tmp_path, results):
     source = results["offload-wifi"]
     partial = source.model_copy(update={"status": "partial", "partial_reason": "robots failed: lost"}).model_copy(

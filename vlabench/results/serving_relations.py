@@ -19,6 +19,8 @@ Problems = list[tuple[str, str]]
 RELATIVE = 0.02
 ABSOLUTE_MS = 0.5
 ORDER = ("min", "p50", "p90", "p99", "max")
+WINDOW_ACCOUNTING = (1, 6)
+"""The schema from which a served window's energy and cost are the window's own (its batches and idle time)."""
 POISSON_SIGMAS = 6.0
 """Open-loop arrivals: a request count may exceed its expectation by this many standard deviations."""
 
@@ -39,15 +41,17 @@ def serving_relations(result: RunResult) -> Problems:
         found.append(("status", "a result whose serving window ended early is partial"))
     if (served.status == "partial") != (served.stopped is not None):
         found.append(("serving.stopped", "a partial window says why it stopped, and only a partial window does"))
-    return [
-        *found,
-        *_count_relations(served, result),
-        *_latency_relations(served),
-        *_batch_relations(served),
-        *_energy_relations(served),
-        *_cost_relations(served, result),
-        *_capacity_relations(served, result),
-    ]
+    found += [*_count_relations(served, result), *_latency_relations(served), *_batch_relations(served)]
+    if _version(result.schema_version) < WINDOW_ACCOUNTING:
+        return found  # before 1.6 a served result's energy and cost were the energy pass's, shared by its mean batch
+    return [*found, *_energy_relations(served), *_cost_relations(served, result), *_capacity_relations(served, result)]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        return (0,)
 
 
 def _count_relations(served: Any, result: RunResult) -> Problems:
