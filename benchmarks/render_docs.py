@@ -912,66 +912,129 @@ def render_compare_aa(root: Path) -> str:
     return captioned(intro, table(["model", "A/A pairs", "false regressions"], rows, "lrr"), meta)
 
 
+def dollars(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
 def render_serving(root: Path) -> str:
-    """``benchmarks/serving.py``: robots per policy instance by batch, and four robots over gRPC on loopback."""
+    """``benchmarks/serving.py``: robots per policy instance by count, the capacity searches, and robots on the robot
+    against robots offloaded over emulated links."""
     doc, meta = load(root, f"{RESULTS}/serving-cpu.json")
     settings = doc["settings"]
-    rows = [
-        [
-            f"`{r['model']}`",
-            str(r["batch"]),
-            ms(r["batch_e2e_p50_ms"]),
-            f"{r['batch_actions_per_s']:.1f}",
-            ms(r["robot_latency_p50_ms"]),
-            ms(r["robot_latency_p99_ms"]),
-            ms(r["queue_p50_ms"]),
-            f"{r['mean_batch']:.2f}",
-            f"{r['served_actions_per_s']:.1f}",
-            pct(r["late_share"]),
-            f"{r['joules_per_action_per_robot']:.3g}" if r["joules_per_action_per_robot"] is not None else "—",
-        ]
-        for r in doc["rows"]
-    ]
-    first = doc["rows"][0]
-    intro = (
-        f"{first['backend']} {first['precision']}, {settings['threads']} threads, each robot executing "
-        f"{first['actions_per_chunk']} actions per chunk at 10 Hz (async: it asks for the next chunk as it starts one) "
-        f"for {settings['serve_duration']:g} s; B robots per batch B. *batch e2e*: the timed pass at batch B (every "
-        "robot of a full batch waits this long); *robots*: what the served robots saw, queueing in the dynamic "
-        f"batcher included; energy per action per robot is {first['energy_label']}."
-    )
     header = [
-        "model",
-        "batch",
-        "batch e2e p50 ms",
-        "actions/s at full batches",
-        "robot p50 ms",
-        "robot p99 ms",
-        "queue p50 ms",
+        "robots",
+        "requests",
         "mean batch",
-        "actions/s served",
+        "device busy",
+        "robot p50 ms",
+        "slowest robot's p99 ms",
         "late chunks",
+        "actions/s",
         "J / action / robot",
+        "$ / robot-hour",
     ]
-    lines = [intro, "", table(header, rows, "lr" + "r" * 9), ""]
-    remote = doc.get("remote")
-    if remote:
-        split = remote["split_p50_ms"]
-        parts = [
-            ("the robot's JPEG encoding", split.get("encode")),
-            ("network", split.get("network")),
-            ("the server's decoding", split.get("server_decode")),
-            ("queue", remote["queue_p50_ms"]),
-            ("inference", remote["inference_p50_ms"]),
-            ("the robot's decoding", split.get("decode")),
-        ]
+    lines = []
+    for block in doc["models"]:
+        how = (
+            "one inference per control step"
+            if block["execution"] == "per-step"
+            else f"a {block['actions_per_chunk']}-action chunk asked for as the last one starts ({block['execution']})"
+        )
         lines += [
-            f"Offloaded over gRPC on loopback: {remote['robots']} robots of `vlabench run --remote` served by "
-            f"`vlabench serve -m {remote['model']} --batch {remote['batch']}` ({remote['requests']} requests, mean "
-            f"batch {remote['mean_batch']:.2f}): a robot's latency p50 {ms(remote['robot_latency_p50_ms'])} ms, p99 "
-            f"{ms(remote['robot_latency_p99_ms'])} ms; the p50 of each part: "
-            + ", ".join(f"{name} {ms(value)} ms" for name, value in parts if value is not None)
-            + ".",
+            f"**`{block['model']}`** ({block['backend']} {block['precision']}, {settings['threads']} threads, batches "
+            f"of at most {block['max_batch']} on prepared sizes {block['batch_sizes']}; one inference of a full batch "
+            f"takes {ms(block['batch_e2e_p50_ms'])} ms at p50): each robot at {block['control_hz']:g} Hz, {how}, "
+            f"served for {settings['serve_duration']:g} s per count; energy {block['energy_label']}, cost "
+            f"{block['rows'][0]['cost_basis']}.",
+            "",
+            table(
+                header,
+                [
+                    [
+                        str(r["robots"]),
+                        str(r["requests"]),
+                        f"{r['mean_batch']:.2f}",
+                        pct(r["busy_fraction"]),
+                        ms(r["latency_p50_ms"]),
+                        ms(r["worst_robot_p99_ms"]),
+                        pct(r["late_share"]),
+                        f"{r['actions_per_s']:.1f}",
+                        f"{r['joules_per_action']:.3g}" if r["joules_per_action"] is not None else "—",
+                        dollars(r["usd_per_robot_hour"]),
+                    ]
+                    for r in block["rows"]
+                ],
+            ),
+            "",
+        ]
+        for arrivals, search in block["capacity"].items():
+            steps = ", ".join(f"{step['robots']} {'passes' if step['passed'] else 'fails'}" for step in search["steps"])
+            at = next((step for step in search["steps"] if step["robots"] == search["capacity_robots"]), None)
+            figures = (
+                f": mean batch {at['mean_batch']:.2f}, device busy {pct(at['busy_fraction'])}, "
+                f"{at['joules_per_action']:.3g} J per action, ${dollars(at['usd_per_robot_hour'])} per robot-hour"
+                if at and at["joules_per_action"] is not None
+                else ""
+            )
+            lines.append(
+                f"- capacity, {arrivals} arrivals (every robot's p99 within the {block['control_hz']:g} Hz gate, at "
+                f"most {search['most']} tried): **{search['capacity_robots']} robot(s)**{figures} ({steps})."
+            )
+        lines.append("")
+    offload = doc.get("offload")
+    if offload:
+        on_robot = offload["on_robot"]
+        rows = [
+            [
+                "on the robot (this process)",
+                "1",
+                ms(on_robot["latency_p50_ms"]),
+                ms(on_robot["worst_robot_p99_ms"]),
+                "—",
+                "—",
+                "—",
+                f"{on_robot['joules_per_action']:.3g}" if on_robot["joules_per_action"] is not None else "—",
+                dollars(on_robot["usd_per_robot_hour"]),
+            ]
+        ]
+        for name, link in offload["links"].items():
+            shape = link["link"]
+            rows.append(
+                [
+                    f"offload over {name} ({shape['delay_ms']:g} ± {shape['jitter_ms']:g} ms, "
+                    f"{shape['rate_mbps']:g} Mbit/s, {pct(shape['loss'], 1)} loss)",
+                    str(link["robots"]),
+                    ms(link["latency_p50_ms"]),
+                    ms(link["worst_robot_p99_ms"]),
+                    ms(link["uplink_p50_ms"]),
+                    ms(link["downlink_p50_ms"]),
+                    f"{link['request_kb']:.1f}",
+                    f"{link['joules_per_action']:.3g}" if link["joules_per_action"] is not None else "—",
+                    dollars(link["usd_per_robot_hour"]),
+                ]
+            )
+        lines += [
+            f"On the robot against offloaded, `{offload['model']}`: one robot served in this process, and "
+            f"{offload['remote_robots']} robots of `vlabench run --remote` (camera-like JPEG q90 frames) served by "
+            "`vlabench serve` through each emulated link on loopback (the presets' figures are assumptions, not "
+            "measurements of a network); uplink and downlink are each request's one-way times from the four "
+            "timestamps, the clocks' offset estimated.",
+            "",
+            table(
+                [
+                    "deployment",
+                    "robots",
+                    "robot p50 ms",
+                    "slowest robot's p99 ms",
+                    "uplink p50 ms",
+                    "downlink p50 ms",
+                    "request kB",
+                    "J / action / robot",
+                    "$ / robot-hour",
+                ],
+                rows,
+                "l" + "r" * 8,
+            ),
             "",
         ]
     lines.append(provenance(meta))

@@ -53,16 +53,18 @@ def load_board(
     published: bool = True,
     progress: Progress = quiet,
     latest_only: bool = True,
+    include_partial: bool = False,
 ) -> Board:
     """The rows of ``paths`` (no paths: the bundled results) with the published rows (``published``) and the
     projection model's (``projected``: slow the first time it is fitted); ``latest_only``: one row per configuration,
-    its latest run (the site), else one per run (``vlabench rank``). Refuses inputs with no readable result unless the
+    its latest run (the site), else one per run (``vlabench rank``); partial results (interrupted after timing
+    began) only with ``include_partial``. Refuses inputs with no readable result unless the
     board is the bundled one."""
     bundled = not paths
     inputs = bundled_inputs() if bundled else paths
     progress("reading results", 0, 1)
     run_inputs = [path for path in inputs if path.is_dir() or survey(path, PROFILE_KIND).kind != PROFILE_KIND]
-    loaded, skipped = load_results(run_inputs)
+    loaded, skipped = load_results(run_inputs, include_partial)
     if not loaded and not bundled:
         reasons = "".join(f"\n  skipped {problem}" for problem in skipped)
         raise InputError(f"no readable results under {', '.join(map(str, paths))}{reasons}")

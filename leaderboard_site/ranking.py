@@ -149,13 +149,22 @@ def _check(kind: str, names: list[str] | None, valid: Iterable[str]) -> tuple[st
     return tuple(names) if names else None
 
 
-def rank_board(paths: list[Path], question: Question, published: bool, projected: bool) -> RankedBoard:
+def rank_board(
+    paths: list[Path], question: Question, published: bool, projected: bool, include_partial: bool = False
+) -> RankedBoard:
     """The rows of ``paths`` (none: the bundled board), each model's question (or ``question.model``'s) at its
     workload, ranked within the question (``rank_rows``); unknown names list the valid ones, and a question no row
     answers is an input error naming the workloads that have rows."""
     if question.priority not in PRIORITY_COLUMNS:
         raise unknown_name("priority", question.priority, PRIORITY_COLUMNS)
-    board = load_board(paths, question.control_hz, projected=projected, published=published, latest_only=False)
+    board = load_board(
+        paths,
+        question.control_hz,
+        projected=projected,
+        published=published,
+        latest_only=False,
+        include_partial=include_partial,
+    )
     rows = board.rows
     if question.model is not None:
         models = {row["model"] for row in rows}

@@ -84,6 +84,8 @@ UNIT_MODULES = frozenset(
         "test_attention_gqa",
         "test_batching",
         "test_wire",
+        "test_serving_relations",
+        "test_link",
         "test_caches",
         "test_cet",
         "test_cli_help",

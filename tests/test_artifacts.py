@@ -113,7 +113,7 @@ def test_kinds_are_distinct_and_the_run_schema_is_1_5():
     kinds = [kind_of(cls) for cls in ARTIFACTS]
     assert len(set(kinds)) == len(kinds) and kinds[0] == "run"
     assert artifact_types() == KINDS
-    assert SCHEMA_VERSION == "1.5" and RunResult.model_fields["schema_version"].default == "1.5"
+    assert SCHEMA_VERSION == "1.6" and RunResult.model_fields["schema_version"].default == "1.6"
 
 
 def _package_modules() -> list[str]:
@@ -240,7 +240,7 @@ def test_load_result_refuses_other_kinds_and_unknown_schemas(run, profile, tmp_p
     future.write_text(json.dumps({**data, "schema_version": "2.0"}))
     with pytest.raises(
         InputError,
-        match=r"schema_version '2.0' is not a supported run schema \('1.0', '1.1', '1.2', '1.3', '1.4', '1.5'\)",
+        match=r"schema_version '2.0' is not a supported run schema \('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6'\)",
     ):
         load_result(future)
     kindless = tmp_path / "kindless.json"
@@ -326,7 +326,7 @@ def test_validate_checks_run_results_by_kind_with_sensible_messages(mixed, tmp_p
     [schema] = validate_file(ancient, requirements)
     assert (
         schema.field == "schema_version"
-        and schema.message == "'0.1' is not a supported run schema ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5')"
+        and schema.message == "'0.1' is not a supported run schema ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6')"
     )
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vlabench.measure.batching import BatcherClosed, DynamicBatcher, serve
+from vlabench.measure.batching import BatcherClosed, BatcherFull, DynamicBatcher, serve
 from vlabench.measure.serving import (
     Reply,
     RobotsSettings,
@@ -31,15 +31,61 @@ class FakeClock:
 
 
 def test_a_batch_never_exceeds_the_maximum_and_takes_the_oldest_first():
-    batcher = DynamicBatcher(max_batch=3, max_wait_s=10.0)
+    clock = FakeClock()
+    batcher = DynamicBatcher(max_batch=3, max_wait_s=10.0, clock=clock)
     for robot in range(7):
         batcher.submit(robot, f"obs-{robot}")
-    sizes, order = [], []
+    sizes, order, numbers = [], [], []
     while batcher.pending():
-        batch = batcher.next_batch(timeout_s=1.0)
+        batch = batcher.next_batch(timeout_s=1.0, flush_at_ns=0)  # the window's end has passed: no waiting to fill
         sizes.append(len(batch))
         order.extend(request.robot for request in batch)
-    assert sizes == [3, 3, 1] and order == list(range(7))
+        numbers.append({request.batch for request in batch})
+    assert sizes == [3, 3, 1] and order == list(range(7)) and numbers == [{0}, {1}, {2}]
+
+
+def test_the_end_of_the_window_is_a_hard_bound_on_the_wait_to_fill_a_batch():
+    """A minute's maximum wait never holds a request past the end of the serving window."""
+    clock = FakeClock()
+    batcher = DynamicBatcher(max_batch=4, max_wait_s=60.0, clock=clock)
+    batcher.submit(0, "a")
+    taken: list = []
+    server = threading.Thread(target=lambda: taken.extend(batcher.next_batch(5.0, flush_at_ns=300_000_000)))
+    server.start()
+    server.join(0.3)
+    assert server.is_alive() and not taken  # before the end: the batch is still forming
+    clock.now = 300_000_000
+    batcher.submit(1, "b")  # wakes the server, which finds the end reached
+    server.join(5.0)
+    assert [request.robot for request in taken] == [0, 1]
+
+
+def test_a_full_queue_refuses_a_request_at_once_instead_of_growing():
+    batcher = DynamicBatcher(max_batch=2, max_wait_s=0.0, max_queued=3)
+    for robot in range(3):
+        batcher.submit(robot, robot)
+    with pytest.raises(BatcherFull, match="at most 3"):
+        batcher.submit(3, 3)
+    batcher.next_batch(timeout_s=1.0)
+    batcher.submit(3, 3)  # room again once a batch left the queue
+
+
+def test_every_batch_served_leaves_a_record_of_when_it_ran_and_what_it_computed():
+    clock = FakeClock()
+    batcher = DynamicBatcher(max_batch=4, max_wait_s=0.0, clock=clock)
+    for robot in range(3):
+        batcher.submit(robot, robot)
+    clock.now = 1_000
+
+    def infer(payloads):
+        clock.now = 5_000
+        return payloads, 4
+
+    record = serve(batcher.next_batch(timeout_s=1.0), infer, clock)
+    assert (record.number, record.start_ns, record.end_ns, record.size, record.rows) == (0, 1_000, 5_000, 3, 4)
+    batcher.submit(9, 9)
+    failed = serve(batcher.next_batch(timeout_s=1.0), lambda payloads: 1 / 0, clock)
+    assert failed.number == 1 and failed.rows == 0  # the failed batch computed nothing for anyone
 
 
 def test_a_full_batch_is_served_without_waiting():
@@ -202,3 +248,70 @@ def test_padding_is_the_share_of_computed_rows_no_robot_asked_for():
     result = serving_result(measured, transport="in-process", actions_per_request=1, batch_sizes=[1, 2, 4])
     assert result.batches == 2 and result.mean_batch == pytest.approx(2.0)
     assert result.padded_share == pytest.approx(1 - 4 / 5) and result.batch_sizes == [1, 2, 4]
+
+
+def test_open_loop_robots_ask_whether_or_not_they_were_answered_and_shed_what_they_cannot_hold():
+    """Poisson arrivals to a server four times too slow: requests overlap, latency counts from when each was due
+    (the client's own queueing included), and what a robot cannot hold is shed and counted."""
+    settings = RobotsSettings(
+        robots=2, max_batch=1, max_wait_s=0.0, period_s=0.02, duration_s=0.6, arrivals="poisson", seed=3
+    )
+    measured = drive_robots(sleeping_ask(0.08), settings)
+    assert measured.shed > 0 and not measured.failures and measured.stopped is None
+    entries = sorted(measured.requests, key=lambda entry: entry.sent_ns)
+    overlapping = any(later.sent_ns < earlier.received_ns for earlier, later in itertools.pairwise(entries))
+    assert overlapping and all(entry.latency_ms >= 80 for entry in entries)
+
+
+def test_ctrl_c_ends_the_window_and_keeps_what_was_served():
+    calls = []
+
+    def pump(end_ns):
+        calls.append(end_ns)
+        if len(calls) == 20:
+            raise KeyboardInterrupt
+        time.sleep(0.01)
+
+    settings = RobotsSettings(robots=2, max_batch=1, max_wait_s=0.0, period_s=0.02, duration_s=30.0)
+    measured = drive_robots(sleeping_ask(0.005), settings, pump)
+    assert measured.stopped.startswith("interrupted (Ctrl-C) after") and measured.requests
+    assert measured.duration_s < settings.duration_s  # it did not run on to the end of the window
+
+
+def test_sigterm_ends_the_window_like_ctrl_c():
+    import os
+    import signal
+
+    settings = RobotsSettings(robots=1, max_batch=1, max_wait_s=0.0, period_s=0.02, duration_s=30.0)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+    measured = drive_robots(sleeping_ask(0.005), settings)
+    assert measured.stopped.startswith("interrupted (SIGTERM)") and measured.requests
+    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+
+
+def test_a_minute_of_max_wait_does_not_stretch_a_short_window():
+    """``--max-wait-ms 60000 --serve-duration 0.3``: the batches flush at the end of the window, every robot gets
+    its last reply, and the window closes long before a batch's maximum wait (a minute) could pass."""
+
+    def infer(payloads):
+        return payloads, len(payloads)
+
+    settings = RobotsSettings(robots=3, max_batch=8, max_wait_s=60.0, period_s=0.05, duration_s=0.3)
+    measured = serve_robots(infer, lambda robot, number: robot, settings)
+    assert measured.requests and measured.unfinished == 0 and not measured.failures
+    assert measured.duration_s < settings.max_wait_s / 2
+    assert sum(record.size for record in measured.batches) == len(measured.requests)
+
+
+def test_the_capacity_search_doubles_then_bisects_and_keeps_the_largest_count_that_passed():
+    from vlabench.measure.capacity import search_capacity
+
+    found = search_capacity(lambda robots: (robots <= 5, f"served {robots}"), most=64)
+    assert [step.robots for step in found.steps] == [1, 2, 4, 8, 6, 5] and found.capacity == 5
+    assert found.at_capacity.served == "served 5"
+    everything = search_capacity(lambda robots: (True, robots), most=6)
+    assert [step.robots for step in everything.steps] == [1, 2, 4, 6] and everything.capacity == 6
+    nothing = search_capacity(lambda robots: (False, robots), most=6)
+    assert nothing.capacity == 0 and nothing.at_capacity.robots == 1
+    stopped = search_capacity(lambda robots: (True, robots), most=64, stop=lambda served: served == 4)
+    assert stopped.stopped and stopped.capacity == 2 and [step.robots for step in stopped.steps] == [1, 2, 4]

@@ -185,7 +185,7 @@ def test_run_records_the_chunked_execution_it_was_asked_for(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     control, e2e = data["control"], data["timing"]["phases"]["e2e"]
-    assert data["schema_version"] == "1.5" and data["config"]["execution"] == "async"
+    assert data["schema_version"] == "1.6" and data["config"]["execution"] == "async"
     assert control["execution"] == "async" and control["actions_per_chunk"] == 5
     # a handful of samples cannot bound p99: the gate judges the slowest and says so
     assert control["reaction_ms"] == pytest.approx(e2e["max"]) and e2e["intervals"]["p99"][1] is None

@@ -42,6 +42,7 @@ RUN_FLAGS |= {
     "idle_window_s": "--idle-window",
     "serve_duration_s": "--serve-duration",
     "request_timeout_s": "--request-timeout",
+    "connect_timeout_s": "--connect-timeout",
 }
 
 hostile_floats = st.one_of(

@@ -183,6 +183,7 @@ def _offload(baseline: dict) -> dict:
     hand-written requests (each 1.5 times the run's p50, batches of two): the site's offload row."""
     from vlabench.analysis.cet import ExecutionModel
     from vlabench.config import RunConfig
+    from vlabench.measure.batching import BatchRecord
     from vlabench.measure.serving import Reply, RobotsSettings, ServedRequest, ServingMeasurement
     from vlabench.results.offload import offload_result
     from vlabench.results.schema import RunResult
@@ -190,15 +191,21 @@ def _offload(baseline: dict) -> dict:
 
     latency_ms = 1.5 * baseline["timing"]["phases"]["e2e"]["p50"]
     split = {"encode": 0.1 * latency_ms, "network": 0.1 * latency_ms, "server_decode": 0.1 * latency_ms, "decode": 0.0}
-    reply = Reply(queue_ms=0.1 * latency_ms, inference_ms=0.6 * latency_ms, batch_size=2, rows=2, split=split)
+    # requests 2k and 2k+1 share batch k, which runs once the second has arrived
+    batches = [
+        BatchRecord(k, (2 * k + 1) * 10**8, (2 * k + 1) * 10**8 + int(0.6 * latency_ms * 1e6), 2, 2) for k in range(20)
+    ]
     requests = [
         ServedRequest(
-            robot=i % 4, sent_ns=i * 10**8, received_ns=i * 10**8 + int((latency_ms + i % 3) * 1e6), reply=reply
+            robot=i % 4,
+            sent_ns=i * 10**8,
+            received_ns=i * 10**8 + int((latency_ms + i % 3) * 1e6),
+            reply=Reply(0.1 * latency_ms, 0.6 * latency_ms, 2, 2, split, batches[i // 2]),
         )
         for i in range(40)
     ]
     settings = RobotsSettings(robots=4, max_batch=2, max_wait_s=0.005, period_s=1.0 / TARGET_HZ, duration_s=4.0)
-    measured = ServingMeasurement(settings, requests, duration_s=4.0)
+    measured = ServingMeasurement(settings, requests, duration_s=4.0, batches=batches)
     served = serving_result(measured, transport="grpc", actions_per_request=1, server="10.0.0.2:50051 (gpu-server)")
     config = RunConfig(remote="10.0.0.2:50051", robots=4, serve_duration_s=4.0, control_hz=TARGET_HZ)
     result = offload_result(RunResult.model_validate(baseline), served, config, ExecutionModel(), client="robot-1")

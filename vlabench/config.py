@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -30,9 +31,12 @@ LIMITS: dict[str, tuple[float, float]] = {
     "cameras": (1, 65_536),  # the memory check refuses, with exit 4, what does not fit
     "batch": (1, 65_536),
     "robots": (1, 65_536),
+    "max_robots": (1, 4096),
     "max_wait_ms": (0.0, 60_000.0),
     "serve_duration_s": (0.1, 86_400.0),
     "request_timeout_s": (0.001, 86_400.0),
+    "connect_timeout_s": (0.1, 3_600.0),
+    "jpeg_quality": (1, 95),
     "steps": (1, 10_000),
     "chunk": (1, 10_000),
     "actions_per_chunk": (1, 10_000),
@@ -88,6 +92,21 @@ def bounded(name: str, default: Any, description: str = "") -> Any:
     return Field(default=default, le=high, allow_inf_nan=False, description=text, **lower)
 
 
+RobotsCount = int | Literal["auto"] | None
+
+
+def _robots(value: Any) -> RobotsCount:
+    """``--robots``: an integer within its range, ``auto`` (the capacity search) or None (not served)."""
+    if value is None or value == "auto":
+        return value
+    low, high = LIMITS["robots"]
+    if type(value) is not int:
+        raise PydanticCustomError("robots_type", "expected an integer robot count or auto")
+    if not low <= value <= high:
+        raise PydanticCustomError("robots_range", f"{value} is out of range; use {describe_range(low, high)} or auto")
+    return value
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -107,8 +126,16 @@ class RunConfig(BaseModel):
     batch: StrictInt = bounded(
         "batch", 1, "observations per inference (the maximum batch with robots): each serves this many robots"
     )
-    robots: StrictInt | None = bounded(
-        "robots", None, "serve this many robots from one policy instance through a dynamic batcher; None: not served"
+    robots: Annotated[int | Literal["auto"] | None, PlainValidator(_robots, json_schema_input_type=RobotsCount)] = (
+        Field(
+            default=None,
+            description="serve this many robots from one policy instance through a dynamic batcher (1 ≤ x ≤ 65536), or "
+            "auto: the most whose every p99 passes the control gate (a capacity search); None: not served",
+        )
+    )
+    max_robots: StrictInt = bounded("max_robots", 64, "robots auto: the largest count the capacity search tries")
+    arrivals: Literal["closed", "poisson"] = Field(
+        default="closed", description="closed: a robot asks under its execution model; poisson: open loop"
     )
     max_wait_ms: StrictFloat = bounded("max_wait_ms", 5.0, "the batcher waits at most this long to fill a batch")
     serve_duration_s: StrictFloat = bounded("serve_duration_s", 10.0, "how long the robots are served")
@@ -118,6 +145,19 @@ class RunConfig(BaseModel):
     request_timeout_s: StrictFloat = bounded(
         "request_timeout_s", 30.0, "--remote: a robot gives up on a request unanswered for this long"
     )
+    connect_timeout_s: StrictFloat = bounded(
+        "connect_timeout_s", 10.0, "--remote: how long to wait for the server to accept and finish starting"
+    )
+    encoding: Literal["jpeg", "png", "raw"] = Field(default="jpeg", description="--remote: camera frames' encoding")
+    jpeg_quality: StrictInt = bounded("jpeg_quality", 90, "--remote with jpeg frames")
+    link: str | None = Field(
+        default=None,
+        description="--remote: an emulated link on the way (ethernet, wifi, or delay=MS,jitter=MS,rate=MBIT,loss=%)",
+    )
+    tls_ca: Path | None = Field(default=None, description="--remote: the CA the server's certificate must chain to")
+    tls_cert: Path | None = Field(default=None, description="--remote: this client's certificate (with --tls-key)")
+    tls_key: Path | None = Field(default=None, description="--remote: this client's private key")
+    token_file: Path | None = Field(default=None, description="--remote: a file holding the server's access token")
     chunk: StrictInt | None = bounded("chunk", None, "None: the model's default")
     execution: Literal["per-step", "sync", "async"] = Field(
         default="per-step",

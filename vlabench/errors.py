@@ -49,8 +49,45 @@ class SweepFailedError(VlabenchError):
     exit_code = 7
 
 
+class ServerRefusedError(UnavailableError):
+    """``run --remote``: nothing accepts connections at the address (connection refused) within the wait."""
+
+    exit_code = 10
+
+
+class ServerUnreachableError(UnavailableError):
+    """``run --remote``: no route to the host, or it never answered the connection."""
+
+    exit_code = 11
+
+
+class NameNotResolvedError(UnavailableError):
+    """``run --remote``: the host name does not resolve to an address."""
+
+    exit_code = 12
+
+
+class ServerTimeoutError(UnavailableError):
+    """``run --remote``: the server did not finish starting, or did not answer a request, in time."""
+
+    exit_code = 13
+
+
+class ServerShuttingDownError(UnavailableError):
+    """``run --remote``: the server said it is shutting down (a partial result keeps what was served)."""
+
+    exit_code = 14
+
+
+class ServerLostError(UnavailableError):
+    """``run --remote``: the connection to the server dropped mid-run (killed, crashed; a partial result keeps what
+    was served)."""
+
+    exit_code = 15
+
+
 class InterruptError(VlabenchError):
-    """Interrupted (Ctrl-C) before the command finished; no result is written."""
+    """Interrupted (Ctrl-C) before the command finished; no result is written, except a served run's partial one."""
 
     exit_code = 130
 

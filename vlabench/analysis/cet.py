@@ -15,6 +15,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.analysis.execution import EXECUTIONS, Execution, ExecutionModel, Gate, delivered_hz, gate
+from vlabench.analysis.served_cost import SECONDS_PER_HOUR, ServedLoad, served_load
 from vlabench.errors import InputError
 from vlabench.measure.correctness import TOLERANCES
 from vlabench.vocab import Precision
@@ -43,7 +44,6 @@ __all__ = [  # the gate lives in analysis/execution.py; readers import it from h
     "pareto_front",
     "rank",
 ]
-SECONDS_PER_HOUR = 3600.0
 HOURS_PER_YEAR = 8760.0
 
 
@@ -86,6 +86,9 @@ class CostReport(BaseModel):
     )
     usd_per_robot_hour: float
     usd_per_million_actions: float
+    joules_per_action: float | None = Field(
+        default=None, description="a robot's energy per action, the electricity's basis (None before schema 1.6)"
+    )
 
 
 def cost_report(
@@ -102,17 +105,24 @@ def cost_report(
     assumptions: CostAssumptions,
     robots_per_device: float = 1.0,
     rows_per_inference: float = 1.0,
+    served: ServedLoad | None = None,
 ) -> CostReport:
     """Per robot-hour: inferences at the action rate the execution model delivers at p50 (``gate``), idle power
     between them, amortized hardware. A device serving ``robots_per_device`` robots, ``rows_per_inference`` of them
     per inference (a batch), runs one inference per that many robot requests, and its idle time and hardware are
-    shared among all of them."""
-    actions_per_hour = delivered_hz(latency_p50_ms, control_hz, execution) * SECONDS_PER_HOUR
-    inferences_per_hour = actions_per_hour / execution.actions_per_inference / rows_per_inference
-    busy_s = min(SECONDS_PER_HOUR, inferences_per_hour * latency_p50_ms / 1000.0)
-    idle_s = max(0.0, SECONDS_PER_HOUR / robots_per_device - busy_s)
-    joules_per_hour = inferences_per_hour * joules_per_inference + idle_s * idle_w
-    kwh = joules_per_hour / 3.6e6
+    shared among all of them. A served run (``served``) is costed from what its window measured instead: actions
+    delivered, the device's busy share, the window's energy (batches and idle time) shared by its robots."""
+    if served is None:
+        actions_per_hour = delivered_hz(latency_p50_ms, control_hz, execution) * SECONDS_PER_HOUR
+        inferences_per_hour = actions_per_hour / execution.actions_per_inference / rows_per_inference
+        busy_s = min(SECONDS_PER_HOUR, inferences_per_hour * latency_p50_ms / 1000.0)
+        idle_s = max(0.0, SECONDS_PER_HOUR / robots_per_device - busy_s)
+        kwh = (inferences_per_hour * joules_per_inference + idle_s * idle_w) / 3.6e6
+        busy, per_action = busy_s / SECONDS_PER_HOUR, joules_per_inference / actions_per_hour * inferences_per_hour
+    else:
+        actions_per_hour, busy, kwh = served.actions_per_robot_hour, served.busy_fraction, served.kwh_per_robot_hour
+        robots_per_device, rows_per_inference = served.robots, served.rows_per_inference
+        per_action = served.joules_per_action
     electricity = kwh * assumptions.electricity_usd_per_kwh
     hardware = None
     if price_usd is not None:
@@ -127,7 +137,7 @@ def cost_report(
         energy_label=energy_label,
         execution=execution,
         actions_per_robot_hour=actions_per_hour,
-        busy_fraction=busy_s / SECONDS_PER_HOUR,
+        busy_fraction=busy,
         robots_per_device=robots_per_device,
         rows_per_inference=rows_per_inference,
         energy_kwh_per_robot_hour=kwh,
@@ -136,6 +146,7 @@ def cost_report(
         basis="electricity-only" if hardware is None else "hardware+electricity",
         usd_per_robot_hour=total,
         usd_per_million_actions=total / actions_per_hour * 1e6,
+        joules_per_action=per_action,
     )
 
 
@@ -153,27 +164,19 @@ def action_costs(
     assumptions: CostAssumptions,
     robots_per_device: float = 1.0,
     rows_per_inference: float = 1.0,
+    served: ServedLoad | None = None,
 ) -> dict[str, float | None]:
     """joules_per_action, usd_per_million_actions and usd_per_robot_hour (None without a price) and their
     electricity-only parts, per action the execution model executes and per robot-hour (per robot, for a device
-    serving several), from ``cost_report``."""
-    common = dict(
-        robots_per_device=robots_per_device,
-        rows_per_inference=rows_per_inference,
-        price_source=None,
-        price_estimate=False,
-        joules_per_inference=joules_per_inference,
-        idle_w=idle_w,
-        energy_label="measured",
-        latency_p50_ms=latency_p50_ms,
-        control_hz=control_hz,
-        execution=execution,
-        assumptions=assumptions,
-    )
+    serving several; a served run's from its window), from ``cost_report``."""
+    common = dict(served=served, robots_per_device=robots_per_device, rows_per_inference=rows_per_inference)
+    common.update(price_source=None, price_estimate=False, joules_per_inference=joules_per_inference, idle_w=idle_w)
+    common.update(energy_label="measured", latency_p50_ms=latency_p50_ms, control_hz=control_hz)
+    common.update(execution=execution, assumptions=assumptions)
     electricity = cost_report(price_usd=None, **common)
     full = cost_report(price_usd=price_usd, **common) if price_usd is not None else None
     return {
-        "joules_per_action": joules_per_inference / execution.actions_per_inference / rows_per_inference,
+        "joules_per_action": electricity.joules_per_action,
         "usd_per_million_actions": full.usd_per_million_actions if full else None,
         "usd_per_million_actions_electricity_only": electricity.usd_per_million_actions,
         "usd_per_robot_hour": full.usd_per_robot_hour if full else None,
@@ -311,6 +314,7 @@ def gate_rows(frame: pd.DataFrame, control_hz: float, execution: ExecutionModel 
                     assumptions,
                     shared(row, "robots_per_device"),
                     shared(row, "rows_per_inference"),
+                    served_load(row),
                 )
             )
         records.append(record)

@@ -137,6 +137,9 @@ def rank(
         bool,
         typer.Option("--approximate-together", help="Rank approximate rows (lossy optimizations) with the exact ones."),
     ] = False,
+    include_partial: Annotated[
+        bool, typer.Option("--include-partial", help="Rank partial results too (interrupted after timing began).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows instead of tables.")] = False,
 ) -> None:
     """Rank devices by CET, one question at a time (a model at one workload, a control rate, an execution model):
@@ -167,6 +170,7 @@ def rank(
         question,
         published=bundled if published is None else published,
         projected=bundled if projected is None else projected,
+        include_partial=include_partial,
     )
     warn_skipped(ranked.skipped)
     if as_json:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+import vlabench.cli.serving_options as serving
 from vlabench.cli.options import (
     RUN_DEFAULTS,
     ActionsPerChunkFlag,
@@ -33,7 +34,6 @@ from vlabench.cli.options import (
     QuantSchemeFlag,
     RemoteFlag,
     RequestTimeoutFlag,
-    RobotsFlag,
     SeedFlag,
     ServeDurationFlag,
     StepsFlag,
@@ -47,6 +47,7 @@ from vlabench.cli.options import (
     with_target_options,
 )
 from vlabench.cli.run_config import build_run_config
+from vlabench.cli.serve import partial_error
 from vlabench.cli.views.console import markup_safe, notes, show, stderr, stdout, write_json
 from vlabench.errors import InputError, InvalidResultError, VlabenchError
 from vlabench.measure.stats import P99_BOUND_SAMPLES
@@ -79,11 +80,21 @@ def run(
     steps: StepsFlag = None,
     chunk: ChunkFlag = None,
     batch: BatchFlag = RUN_DEFAULTS.batch,
-    robots: RobotsFlag = None,
+    robots: serving.RobotsFlag = None,
     max_wait_ms: MaxWaitFlag = RUN_DEFAULTS.max_wait_ms,
     serve_duration_s: ServeDurationFlag = RUN_DEFAULTS.serve_duration_s,
     remote: RemoteFlag = None,
     request_timeout_s: RequestTimeoutFlag = RUN_DEFAULTS.request_timeout_s,
+    max_robots: serving.MaxRobotsFlag = RUN_DEFAULTS.max_robots,
+    arrivals: serving.ArrivalsFlag = RUN_DEFAULTS.arrivals,
+    connect_timeout_s: serving.ConnectTimeoutFlag = RUN_DEFAULTS.connect_timeout_s,
+    encoding: serving.EncodingFlag = RUN_DEFAULTS.encoding,
+    jpeg_quality: serving.JpegQualityFlag = RUN_DEFAULTS.jpeg_quality,
+    link: serving.LinkFlag = None,
+    tls_ca: serving.TlsCaFlag = None,
+    tls_cert: serving.TlsCertFlag = None,
+    tls_key: serving.TlsKeyFlag = None,
+    token_file: serving.TokenFileFlag = None,
     seed: SeedFlag = RUN_DEFAULTS.seed,
     warmup: WarmupFlag = RUN_DEFAULTS.warmup,
     min_iterations: Annotated[
@@ -221,8 +232,10 @@ def run(
     if run_config.remote:
         from vlabench.cli.serve import run_remote_robots
 
-        saved_remote = run_remote_robots(run_config, as_json)
+        saved_remote, fault = run_remote_robots(run_config, as_json)
         report_unsaved([saved_remote] if saved_remote.problem else [], run_config.out)
+        if fault is not None:
+            raise fault
         return
     plans, skipped = plan_runs(run_config)
     info = notes(as_json)
@@ -249,6 +262,9 @@ def run(
     if any(not result.valid for result in results):
         stderr.print("[bold red]INVALID:[/] a run failed the correctness gate; its result is kept but never ranked")
     report_unsaved([entry for entry in saved if entry.problem is not None], run_config.out)
+    stopped = next((result for result in results if result.status == "partial"), None)
+    if stopped is not None:
+        raise partial_error(stopped)
     if outcome.crashes:
         kept = f"; the other backends' results are saved ({len(results)})" if results else ""
         raise VlabenchError("; ".join(crash.message for crash in outcome.crashes) + kept)

@@ -141,15 +141,6 @@ BatchFlag = Annotated[
         help="Observations per inference, one per robot (with --robots: the largest batch the server forms).",
     ),
 ]
-RobotsFlag = Annotated[
-    int | None,
-    run_option(
-        "robots",
-        option=ServingOption,
-        help="After timing, serve this many robots from the one policy instance through a dynamic batcher "
-        "(per-robot latency, queueing, throughput; cost and energy shared among them).",
-    ),
-]
 MaxWaitFlag = Annotated[
     float,
     run_option(

@@ -23,9 +23,12 @@ from vlabench.cli.options import (
     with_target_options,
 )
 from vlabench.cli.run_config import build_run_config
-from vlabench.cli.views.console import markup_safe, stdout
+from vlabench.cli.serving_options import ServeTlsCaFlag, ServeTlsCertFlag, ServeTlsKeyFlag, ServeTokenFileFlag
+from vlabench.cli.views.console import markup_safe, stderr, stdout
 from vlabench.commands.run_output import Saved
 from vlabench.config import RunConfig
+from vlabench.errors import InterruptError, VlabenchError
+from vlabench.results.schema import RunResult
 
 
 @with_target_options
@@ -33,7 +36,9 @@ def serve_policy(
     ctx: typer.Context,
     batch: BatchFlag = RUN_DEFAULTS.batch,
     max_wait_ms: MaxWaitFlag = RUN_DEFAULTS.max_wait_ms,
-    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0: every interface; give TLS and a token then).")
+    ] = "127.0.0.1",
     port: Annotated[
         int, number_option(Bounds(0, 65_535, integer=True), help="TCP port (0: any free port, printed).")
     ] = 50051,
@@ -49,6 +54,10 @@ def serve_policy(
     energy_meter: Annotated[
         str, typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
     ] = RUN_DEFAULTS.energy_meter,
+    tls_cert: ServeTlsCertFlag = None,
+    tls_key: ServeTlsKeyFlag = None,
+    tls_ca: ServeTlsCaFlag = None,
+    token_file: ServeTokenFileFlag = None,
     config: Annotated[
         Path | None, OutputOption(help="YAML file with any of `vlabench run`'s settings; flags override it.")
     ] = None,
@@ -56,11 +65,24 @@ def serve_policy(
 ) -> None:
     """Serve one policy to robots over gRPC: first a baseline pass like `vlabench run` on this host (its phases,
     energy and cost), then batches of robots' requests until Ctrl-C or SIGTERM."""
+    from vlabench.serving.security import exposure_warning, server_security
     from vlabench.serving.server import start_server
 
     run_config = build_run_config(ctx)
-    stdout.print(f"preparing {markup_safe(run_config.model)} and timing its baseline pass …", highlight=False)
-    server = start_server(run_config, host, port)
+    security = server_security(tls_cert, tls_key, tls_ca, token_file)
+    warning = exposure_warning(host, security)
+    if warning:
+        stderr.print(f"[bold yellow]warning:[/] {markup_safe(warning)}", highlight=False, soft_wrap=True)
+
+    def listening(address: str) -> None:
+        stdout.print(
+            f"listening on {address}; preparing {markup_safe(run_config.model)} and timing its baseline pass …",
+            highlight=False,
+            soft_wrap=True,
+        )
+        stdout.file.flush()
+
+    server = start_server(run_config, host, port, security, listening)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     baseline = server.baseline
 
@@ -77,20 +99,22 @@ def serve_policy(
     try:
         server.run(ready)
     except KeyboardInterrupt:
-        server.stop()
+        server.shutdown()
     stdout.print("stopped: the requests in flight were told the server is shutting down")
 
 
-def run_remote_robots(config: RunConfig, as_json: bool) -> Saved:
-    """``run --remote``: the robots here, the policy on the server; the result saved and shown like a run's (where
-    it was saved is returned: the caller reports a result that could not be written)."""
+def run_remote_robots(config: RunConfig, as_json: bool) -> tuple[Saved, VlabenchError | None]:
+    """``run --remote``: the robots here, the policy on the server; the result saved and shown like a run's. Returns
+    where it was saved (the caller reports a result that could not be written) and, for a partial result, the fault
+    that cut the window short (its message says the partial result was kept)."""
     from vlabench.cli.views.console import notes, write_json
     from vlabench.cli.views.run import result_tables
     from vlabench.commands.run_output import check_paths, save_result
     from vlabench.serving.client import run_remote
 
     check_paths(config)
-    result = run_remote(config)
+    info = notes(as_json)
+    result, fault = run_remote(config, lambda text: info.print(markup_safe(text), highlight=False))
     saved = save_result(result, config.out)
     if as_json:
         write_json(result.model_dump_json(indent=2))
@@ -98,5 +122,19 @@ def run_remote_robots(config: RunConfig, as_json: bool) -> Saved:
         for renderable in result_tables(result):
             stdout.print(renderable)
     if saved.problem is None:
-        notes(as_json).print(f"result: [bold]{markup_safe(saved.path)}[/]", soft_wrap=True)
-    return saved
+        info.print(f"result: [bold]{markup_safe(saved.path)}[/]", soft_wrap=True)
+    return saved, None if fault is None else type(fault)(f"{fault}; {kept(result)}")
+
+
+def kept(result: RunResult) -> str:
+    served = result.serving
+    count = served.requests if served else 0
+    return f"a partial result with the {count} requests served was written"
+
+
+def partial_error(result: RunResult) -> VlabenchError:
+    """The error a run whose serving window ended early ends with, once its partial result is written."""
+    reason = result.partial_reason or "stopped early"
+    if "interrupted" in reason:
+        return InterruptError(f"{reason}; {kept(result)}")
+    return VlabenchError(f"the served robots failed ({reason}); {kept(result)}")

@@ -120,7 +120,7 @@ def execute_here(
                 announce(describe(plan.backend.name, choice))
         resolved.append(plan)
     details = {index: {"precision_choice": choice.model_dump(mode="json")} for index, choice in choices.items()}
-    return run_module.execute_many(resolved, progress, prepared, notes, details)
+    return run_module.execute_many(resolved, progress, prepared, notes, details, announce)
 
 
 class SpawnedChild(OnThisHost):

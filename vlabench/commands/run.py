@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -15,7 +16,7 @@ from vlabench.commands.run_checks import check_optimizations, check_workload, pl
 from vlabench.commands.run_output import check_paths
 from vlabench.commands.run_pass import timed_pass
 from vlabench.commands.run_reference import ReferenceChoice, choose_reference, reference_builder
-from vlabench.commands.run_serving import serve_in_process
+from vlabench.commands.run_serving import check_robots_fit, serve_in_process
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.hardware.detection import detect_host
@@ -111,6 +112,8 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise UnavailableError(f"backend '{backend.name}' runs {supported} on {device.torch_device}, not {precision}")
     footprint = estimate_footprint(spec, workload, precision, backend.name, iteration_cap(config), config.preprocess)
     check_fits(spec, footprint, device.torch_device, precision)
+    if config.robots:
+        check_robots_fit(workload, config, footprint.total_bytes if device.torch_device.type == "cpu" else 0)
     reference = None
     if auto or needs_reference(backend.is_reference, precision):
         reference = choose_reference(spec, workload, device.torch_device, iteration_cap(config))
@@ -246,6 +249,7 @@ def execute_many(
     prepared: dict[int, PreparedPolicy] | None = None,
     notes: tuple[str, ...] = (),
     extra_details: dict[int, dict[str, Any]] | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     """Prepare every plan's backend in this process (``prepared``: plan index → a policy already prepared for it),
     time them interleaved, then measure energy one by one; each result is assembled whole, with ``notes`` among its
@@ -286,10 +290,12 @@ def execute_many(
             correctness = compare(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason
             )
+        energy = measure_plan_energy(plan, contender)
+        serving, stopped = serve_in_process(plan, contender, prepare_contender, plan.meter.meter, energy, announce)
         measured = Measured(
             contender=contender,
             measurement=measurement,
-            energy=measure_plan_energy(plan, contender),
+            energy=energy,
             correctness=correctness,
             sustained=sustained(
                 measurement.iteration_starts_ns,
@@ -303,7 +309,8 @@ def execute_many(
             optimization=optimizations[index],
             notes=(*shared, *notes),
             details=(extra_details or {}).get(index, {}),
-            serving=serve_in_process(plan, contender, prepare_contender) if config.robots else None,
+            serving=serving,
+            stopped=stopped,
         )
         results.append(assemble_result(plan, measured, system_state, started))
     return results

@@ -16,11 +16,14 @@ from vlabench.results.schema import RunResult, load_result, result_from_document
 from vlabench.results.store import json_files, survey
 
 
-def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
+def load_results(
+    paths: Iterable[Path], include_partial: bool = False
+) -> tuple[list[tuple[Path, RunResult]], list[str]]:
     """Every run result (``kind: run``, or a schema-1.0 file) under the given files or folders, whatever the files
     are named. Other artifacts (profiles, loops, ...) and Chrome traces are passed over quietly; unreadable, invalid,
     physically impossible and foreign JSON files are skipped with a reason, and so are links, FIFOs and devices
-    inside a folder (never followed or opened for reading). A file given by name is read as a run result."""
+    inside a folder (never followed or opened for reading), and partial results unless ``include_partial``. A file
+    given by name is read as a run result."""
     loaded, skipped = [], []
     for root in paths:
         if not root.is_dir() and os.path.lexists(root):
@@ -40,7 +43,13 @@ def load_results(paths: Iterable[Path]) -> tuple[list[tuple[Path, RunResult]], l
                     skipped.append(str(exc))
             elif found.foreign:
                 skipped.append(f"{path}: not a vlabench artifact (no kind)")
-    return loaded, skipped
+    if include_partial:
+        return loaded, skipped
+    partial = [(path, result) for path, result in loaded if result.status == "partial"]
+    skipped += [
+        f"{path}: a partial result ({result.partial_reason}); --include-partial keeps it" for path, result in partial
+    ]
+    return [entry for entry in loaded if entry[1].status != "partial"], skipped
 
 
 def results_frame(
@@ -53,7 +62,8 @@ def results_frame(
     Columns:
     identity: model, device, backend, precision, cameras, steps, chunk (actions the model predicts), batch, file;
     serving: serving (None, "in-process" or "grpc": a served run's latencies are those its robots saw),
-    robots_per_device and rows_per_inference (how many robots share the device, and how many per inference);
+    robots_per_device and rows_per_inference (how many robots share the device, and how many per inference), and a
+    served window's load (``analysis.served_cost.COLUMNS``: its energy and cost per robot are recomputed from it);
     control (``cet.gate``): execution ("per-step", "sync", "async"), actions_per_chunk (executed per inference: 1
     per step), latency_p50_ms, latency_p99_ms (the latency the gate judges: the upper end of p99's 95% interval, or
     the slowest sample with too few samples), inference_hz_p50, inference_hz_p99, reaction_ms (that latency),
@@ -119,4 +129,5 @@ def _row(path: Path, result: RunResult) -> dict[str, Any]:
         "action_error": action_error,
         "approximate": is_lossy(precision=result.precision, action_error=gate_error, dp_cache=dp_cache),
         "file": str(path),
+        **(load.columns() if served and (load := served.load()) else {}),
     }

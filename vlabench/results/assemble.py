@@ -38,7 +38,8 @@ from vlabench.results.schema import (
     RunResult,
     Timing,
 )
-from vlabench.results.serving import ServingResult
+from vlabench.results.serving import ServingResult, serving_warnings
+from vlabench.results.serving_energy import served_cost
 from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.system_state import SystemState
@@ -77,6 +78,7 @@ class Measured:
     notes: tuple[str, ...] = ()  # warnings about how it ran (several configurations in one process, a re-run alone)
     details: dict[str, Any] = field(default_factory=dict)  # backend details decided before it ran (precision auto)
     serving: ServingResult | None = None  # --robots: the robots served after the timed pass
+    stopped: str | None = None  # why serving stopped before any request was served (the result is partial)
 
 
 def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemState, started: datetime) -> RunResult:
@@ -84,7 +86,7 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
     config, spec, workload = plan.config, plan.spec, plan.workload
     contender, measurement, energy = measured.contender, measured.measurement, measured.energy
     correctness, sustained = measured.correctness, measured.sustained
-    serving = served_energy(measured.serving, energy, execution_model(config, workload))
+    serving = measured.serving
     target = plan.device.torch_device
     samples = measurement.samples_ms
     steps = [samples[Phase.step_span(i)] for i in range(workload.steps) if Phase.step_span(i) in samples]
@@ -104,13 +106,16 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
     # a served run is gated on the latency its robots saw, queueing included
     judged = serving.latency if serving else timing.phases["e2e"]
     control = control_verdict(judged, config.control_hz, execution_model(config, workload))
-    price = config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
+    price = device_price(plan)
     memory_gb = plan.device.profile.memory_gb.value if plan.device.profile.memory_gb else None
     usable_gb = plan.device.profile.usable_gb
     if memory_gb is None and target.type == "cpu":
         memory_gb = usable_gb = round(host.memory_gb, 1)
+    stopped = measured.stopped or (serving.stopped if serving and serving.status == "partial" else None)
     return RunResult(
         run_id=uuid.uuid4().hex,
+        status="partial" if stopped else "complete",
+        partial_reason=stopped,
         config_hash=config_hash(plan),
         started_utc=started,
         finished_utc=datetime.now(timezone.utc),
@@ -156,6 +161,8 @@ def assemble_result(plan: PlannedRun, measured: Measured, system_state: SystemSt
             *plan.caveats,
             *measurement_warnings(phases, config, measurement, system_state, correctness),
             *sustained_warnings(sustained),
+            *serving_warnings(serving),
+            *([f"partial: {measured.stopped}"] if measured.stopped else []),
             *measured.notes,
         ],
         system_state=system_state,
@@ -204,40 +211,47 @@ def energy_result(
     )
 
 
-def served_energy(
-    serving: ServingResult | None, energy: EnergyResult | None, execution: ExecutionModel
-) -> ServingResult | None:
-    """The serving block with its joules per action per robot (the energy pass's inference over the mean batch)."""
-    if serving is None or energy is None:
-        return serving
-    per_action = energy.joules_per_inference / (serving.mean_batch * execution.actions_per_inference)
-    return serving.model_copy(update={"joules_per_action": per_action})
+def device_price(plan: PlannedRun) -> float | None:
+    """The purchase price a run is costed at: ``--price-usd``, else the device profile's."""
+    return plan.config.price_usd or (plan.device.profile.price.usd if plan.device.profile.price else None)
 
 
 def run_cost(
     plan: PlannedRun, energy: EnergyResult, e2e: Stats, price: float | None, serving: ServingResult | None = None
-) -> CostReport:
-    """Per robot-hour at the latency ``e2e`` (a served run's: what its robots saw), shared by the robots it served
-    (a batch run: by its batch)."""
+) -> CostReport | None:
+    """Per robot-hour at the latency ``e2e``, shared by a batch run's batch; a served run's from what its window
+    served (``serving_energy.served_cost``: None when the window has no energy)."""
     profile_price = plan.device.profile.price
     config = plan.config
+    source = "--price-usd" if config.price_usd else profile_price.source if profile_price else None
+    estimate = bool(profile_price and profile_price.estimate and not config.price_usd)
+    assumptions = CostAssumptions(
+        lifetime_years=config.lifetime_years, duty_cycle=config.duty_cycle, electricity_usd_per_kwh=config.usd_per_kwh
+    )
+    execution = execution_model(config, plan.workload)
+    if serving is not None:
+        return served_cost(
+            serving,
+            price_usd=price,
+            price_source=source,
+            price_estimate=estimate,
+            assumptions=assumptions,
+            control_hz=config.control_hz,
+            execution=execution,
+        )
     return cost_report(
         price_usd=price,
-        price_source="--price-usd" if config.price_usd else profile_price.source if profile_price else None,
-        price_estimate=bool(profile_price and profile_price.estimate and not config.price_usd),
+        price_source=source,
+        price_estimate=estimate,
         joules_per_inference=energy.joules_per_inference,
         idle_w=energy.idle_w,
         energy_label=energy.label,
         latency_p50_ms=e2e.p50,
         control_hz=config.control_hz,
-        execution=execution_model(config, plan.workload),
-        robots_per_device=serving.robots if serving else plan.workload.batch,
-        rows_per_inference=serving.mean_batch if serving else plan.workload.batch,
-        assumptions=CostAssumptions(
-            lifetime_years=config.lifetime_years,
-            duty_cycle=config.duty_cycle,
-            electricity_usd_per_kwh=config.usd_per_kwh,
-        ),
+        execution=execution,
+        robots_per_device=plan.workload.batch,
+        rows_per_inference=plan.workload.batch,
+        assumptions=assumptions,
     )
 
 

@@ -1,17 +1,44 @@
 """The result of robots served by a remote policy server (``run --remote``): the server's baseline result (its own
-timed pass, energy and hardware) with the robots' serving block, gated and costed for the robots' control rate and
-execution model, the server's hour and energy shared by the robots it served."""
+timed pass, energy and hardware, as its ``Describe`` shows them) with the robots' serving block, gated and costed for
+the robots' control rate and execution model. The window's energy is the server's energy-pass power over each batch
+that served these robots and its idle power between them; the server's hour and that energy are shared by the robots
+it served. Provenance is the robots' host's (the server withholds its own)."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from vlabench.analysis.cet import ExecutionModel, cost_report
+from vlabench.analysis.cet import CostReport, ExecutionModel
 from vlabench.config import RunConfig
-from vlabench.results.assemble import control_verdict, served_energy
+from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import RunResult
-from vlabench.results.serving import ServingResult
+from vlabench.results.serving import ServingResult, serving_warnings
+from vlabench.results.serving_energy import modelled_joules, served_cost, with_energy
+
+ENERGY_METHOD = "the server's energy-pass power over each batch's time, its idle power between batches"
+
+
+def offload_served(
+    baseline: RunResult, serving: ServingResult, config: RunConfig, execution: ExecutionModel
+) -> tuple[ServingResult, CostReport | None]:
+    """The serving block with its window's energy (from the server's energy pass), and its cost."""
+    energy, cost = baseline.energy, baseline.cost
+    if energy is None:
+        return serving, None
+    joules = modelled_joules(serving, energy.average_w, energy.idle_w)
+    serving = with_energy(serving, label="estimated", method=ENERGY_METHOD, joules=joules, idle_w=energy.idle_w)
+    if cost is None:
+        return serving, None
+    return serving, served_cost(
+        serving,
+        price_usd=cost.price_usd,
+        price_source=cost.price_source,
+        price_estimate=cost.price_estimate,
+        assumptions=cost.assumptions,
+        control_hz=config.control_hz,
+        execution=execution,
+    )
 
 
 def offload_result(
@@ -23,49 +50,35 @@ def offload_result(
     if energy is not None:
         rows = execution.actions_per_inference * baseline.workload.batch
         energy = energy.model_copy(update={"joules_per_action": energy.joules_per_inference / rows})
-    served = served_energy(serving, energy, execution)
-    cost = baseline.cost
-    if cost is not None and energy is not None:
-        cost = cost_report(
-            price_usd=cost.price_usd,
-            price_source=cost.price_source,
-            price_estimate=cost.price_estimate,
-            joules_per_inference=energy.joules_per_inference,
-            idle_w=energy.idle_w,
-            energy_label=energy.label,
-            latency_p50_ms=serving.latency.p50,
-            control_hz=config.control_hz,
-            execution=execution,
-            assumptions=cost.assumptions,
-            robots_per_device=serving.robots,
-            rows_per_inference=serving.mean_batch,
-        )
+    serving, cost = offload_served(baseline, serving, config, execution)
     run_config = baseline.config.model_copy(
         update={
-            "remote": config.remote,
-            "robots": serving.robots,
-            "serve_duration_s": config.serve_duration_s,
-            "request_timeout_s": config.request_timeout_s,
-            "execution": config.execution,
-            "control_hz": config.control_hz,
-            "actions_per_chunk": config.actions_per_chunk,
-            "seed": config.seed,
+            name: getattr(config, name)
+            for name in (
+                *("remote", "robots", "max_robots", "arrivals", "serve_duration_s", "request_timeout_s"),
+                *("connect_timeout_s", "encoding", "jpeg_quality", "link", "execution", "control_hz"),
+                *("actions_per_chunk", "seed", "out", "tls_ca", "tls_cert", "tls_key", "token_file"),
+            )
         }
+        | {"robots": serving.robots if config.robots != "auto" else "auto"}
     )
     note = (
-        f"offload: {serving.robots} robot(s) on {client} served over gRPC by {serving.server}; the phases and "
-        "energy are the server's own timed pass, the serving block what the robots measured"
+        f"offload: {serving.robots} robot(s) on {client} served over gRPC by {serving.server}; the phases are the "
+        "server's own timed pass, the serving block what the robots measured, the provenance the robots' host's"
     )
+    partial = serving.status == "partial"
     return baseline.model_copy(
         update={
             "run_id": uuid.uuid4().hex,
+            "status": "partial" if partial else "complete",
+            "partial_reason": serving.stopped if partial else None,
             "started_utc": finished - timedelta(seconds=serving.duration_s),
             "finished_utc": finished,
             "config": run_config,
             "control": control_verdict(serving.latency, config.control_hz, execution),
             "energy": energy,
             "cost": cost,
-            "serving": served,
-            "warnings": [*baseline.warnings, note],
+            "serving": serving,
+            "warnings": [*baseline.warnings, *serving_warnings(serving), note],
         }
     )

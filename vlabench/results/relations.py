@@ -17,6 +17,7 @@ from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
 from vlabench.measure.cold_start import STAGES
 from vlabench.measure.stats import Stats
+from vlabench.results.serving_relations import serving_relations
 
 Problems = list[tuple[str, str]]
 """(field, what is wrong with it)."""
@@ -52,6 +53,7 @@ def relation_problems(result: RunResult) -> Problems:
         *_cost_relations(result),
         *_cold_start_relations(result),
         *_window_relations(result),
+        *serving_relations(result),
     ]
 
 

@@ -35,15 +35,16 @@ MIN_LATENCY_MS = 1e-3
 MAX_LATENCY_MS = 86_400_000.0
 """One day: a longer inference is no measurement."""
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
 verdict under an execution model (``ControlVerdict``), usable device memory; older control blocks are re-gated on
 reading (``legacy_control``). 1.3: each percentile's 95% confidence interval (``Stats.intervals``); the gate judges
 the upper end of p99's (``ControlVerdict.judged_on``); 1.2 files, without intervals, keep their point p99. 1.4: the
 cold start (``ColdStart``), latency per window and the sensors' trace (``Sustained``), the input pipeline's phase.
 1.5: robots served by one policy instance (``ServingResult``), cost and energy shared by the robots a device serves
-(``robots_per_device``)."""
-READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", "1.3", "1.4", SCHEMA_VERSION)
+(``robots_per_device``). 1.6: a result's ``status`` (partial: interrupted after timing began, with the reason);
+the served window's batches, busy share, energy and capacity search, the link (``results/serving.py``)."""
+READABLE_SCHEMA_VERSIONS = (LEGACY_RUN_SCHEMA, "1.1", "1.2", "1.3", "1.4", "1.5", SCHEMA_VERSION)
 GATE_FAILED = "failed the correctness gate"
 
 
@@ -157,6 +158,10 @@ class RunResult(ArtifactHeader):
     kind: Literal["run"] = RUN_KIND
     schema_version: str = SCHEMA_VERSION
     run_id: str
+    status: Literal["complete", "partial"] = Field(
+        default="complete", description="partial: interrupted after timing began; what was measured is kept"
+    )
+    partial_reason: str | None = Field(default=None, description="why a partial result stopped short")
     started_utc: AwareDatetime
     finished_utc: AwareDatetime
     model: ModelInfo

@@ -65,6 +65,8 @@ def validate_file(path: Path, requirements: Requirements, follow_links: bool = T
 
 def publication_problems(result: RunResult, requirements: Requirements) -> list[tuple[str, str]]:
     found = []
+    if result.status == "partial":
+        found.append(("status", f"partial: {result.partial_reason} (kept, not fit for publication)"))
     provenance = result.provenance
     if not provenance.git_revision:
         found.append(("provenance.git_revision", "missing: the vlabench revision that measured this is unknown"))

@@ -303,7 +303,11 @@ def cet_lines(result: RunResult) -> list[Text]:
             (energy.label.upper(), f"bold {style}"),
             f" ({energy.method}, scope {energy.scope}): idle {energy.idle_w:.1f} W, {energy.average_w:.1f} W over "
             f"{energy.window_s:.1f} s ({energy.window_inferences} inferences) → {energy.joules_per_inference:.2f} "
-            f"J/inference, {energy.joules_per_action:.3f} J/action",
+            + (
+                f"J/inference, {energy.joules_per_action:.3f} J/action"
+                if result.serving is None
+                else f"J per inference of {result.workload.batch} row(s) in its own pass (per action: under serving)"
+            ),
         )
     ]
     meter = energy.meter
@@ -335,8 +339,9 @@ def cet_lines(result: RunResult) -> list[Text]:
 
 
 def feasibility_line(result: RunResult) -> Text:
-    """The whole gate: usable memory, the control gate under the run's execution model, correctness."""
-    e2e = result.timing.phases["e2e"]
+    """The whole gate: usable memory, the control gate under the run's execution model (a served run's on what its
+    robots saw), correctness."""
+    e2e = result.robot_latency
     _, reasons = feasibility(
         {
             "device_memory_gb": result.device.usable_gb(),
@@ -350,10 +355,12 @@ def feasibility_line(result: RunResult) -> Text:
         result.control.control_hz,
         result.control.execution_model(),
     )
+    frozen = result.serving is not None and result.serving.freezes
     return Text.assemble(
         "feasible   ",
         ("yes", "bold green") if not reasons else ("no", "bold red"),
         f" ({'; '.join(reasons) or 'fits in usable memory and meets the target at p99'})",
+        ("; FROZEN: the server stalled while robots waited (see warnings)", "bold red") if frozen else "",
     )
 
 
