@@ -9,6 +9,7 @@ from typing import Any
 
 import vlabench
 from vlabench.analysis.cet import ExecutionModel
+from vlabench.analysis.served_cost import COLUMNS as SERVED_COLUMNS
 from vlabench.errors import InputError
 from vlabench.hardware.devices import DeviceProfile, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -33,6 +34,7 @@ PAGE_KEYS = (
     *("joules_per_inference", "idle_w", "price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
     *("deployment", "robots", "robots_per_device", "rows_per_inference", "execution", "actions_per_chunk"),
     *("serving_note", "offload_server", "measured_control_hz"),
+    *SERVED_COLUMNS.values(),
 )
 
 

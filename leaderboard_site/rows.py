@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from vlabench.analysis.cet import CostAssumptions
+from vlabench.analysis.served_cost import COLUMNS as SERVED_COLUMNS
 from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
 from vlabench.results.aggregate import results_frame
@@ -25,6 +26,7 @@ FRAME_KEYS = (
     *("action_error", "approximate", "chunk", "device_memory_nameplate_gb", "joules_per_inference", "idle_w"),
     *("price_usd", "lifetime_years", "duty_cycle", "electricity_usd_per_kwh"),
     *("batch", "serving", "robots_per_device", "rows_per_inference", "execution"),
+    *SERVED_COLUMNS.values(),
 )
 """The columns of ``aggregate.results_frame`` a site row keeps (the CET figures are recomputed at ranking)."""
 

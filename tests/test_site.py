@@ -180,7 +180,8 @@ def _results(tmp_path_factory) -> Path:
 
 def _offload(baseline: dict) -> dict:
     """Four robots served over gRPC by the torch run's host, assembled by vlabench's own ``offload_result`` from
-    hand-written requests (each 1.5 times the run's p50, batches of two): the site's offload row."""
+    hand-written requests (each 1.5 times the run's p50, each robot once per control period, batches of two): the
+    site's offload row."""
     from vlabench.analysis.cet import ExecutionModel
     from vlabench.config import RunConfig
     from vlabench.measure.batching import BatchRecord
@@ -190,19 +191,20 @@ def _offload(baseline: dict) -> dict:
     from vlabench.results.serving import serving_result
 
     latency_ms = 1.5 * baseline["timing"]["phases"]["e2e"]["p50"]
+    gap_ns = int(1e9 / TARGET_HZ / 4)  # each of the four robots asks once per control period, in turn
     split = {"encode": 0.1 * latency_ms, "network": 0.1 * latency_ms, "server_decode": 0.1 * latency_ms, "decode": 0.0}
     # requests 2k and 2k+1 share batch k, which runs once the second has arrived
     batches = [
-        BatchRecord(k, (2 * k + 1) * 10**8, (2 * k + 1) * 10**8 + int(0.6 * latency_ms * 1e6), 2, 2) for k in range(20)
+        BatchRecord(k, (2 * k + 1) * gap_ns, (2 * k + 1) * gap_ns + int(0.6 * latency_ms * 1e6), 2, 2) for k in range(8)
     ]
     requests = [
         ServedRequest(
             robot=i % 4,
-            sent_ns=i * 10**8,
-            received_ns=i * 10**8 + int((latency_ms + i % 3) * 1e6),
+            sent_ns=i * gap_ns,
+            received_ns=i * gap_ns + int((latency_ms + i % 3) * 1e6),
             reply=Reply(0.1 * latency_ms, 0.6 * latency_ms, 2, 2, split, batches[i // 2]),
         )
-        for i in range(40)
+        for i in range(16)
     ]
     settings = RobotsSettings(robots=4, max_batch=2, max_wait_s=0.005, period_s=1.0 / TARGET_HZ, duration_s=4.0)
     measured = ServingMeasurement(settings, requests, duration_s=4.0, batches=batches)

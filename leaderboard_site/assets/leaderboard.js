@@ -124,17 +124,30 @@
   // cet.shared
   const shared = (r, key) => (present(r[key]) && r[key] > 0 ? r[key] : 1.0);
 
-  // cet.cost_report: [$ per robot-hour, $ per 1M actions] at the delivered action rate.
+  // served_cost.served_load: what a served window measured (null for a row that was not served)
+  const SERVED = ["served_robots", "served_window_s", "served_busy_s", "served_requests", "served_batches"];
+  const servedLoad = (r) =>
+    [...SERVED, "served_actions", "served_joules"].every((key) => present(r[key]) && Number.isFinite(r[key])) ? r : null;
+
+  // cet.cost_report: [$ per robot-hour, $ per 1M actions] at the delivered action rate, or from a served window.
   function costReport(r, s, ex, price) {
     const lifetime = s.life === null ? r.lifetime_years : s.life;
     const duty = s.duty === null ? r.duty_cycle : s.duty;
     const kwhPrice = s.kwh === null ? r.electricity_usd_per_kwh : s.kwh;
-    const robots = shared(r, "robots_per_device");
-    const actionsPerHour = deliveredHz(r.latency_p50_ms, s.controlHz, ex) * 3600.0;
-    const inferencesPerHour = actionsPerHour / actionsPerInference(ex) / shared(r, "rows_per_inference");
-    const busy = Math.min(3600.0, (inferencesPerHour * r.latency_p50_ms) / 1000.0);
-    const idle = Math.max(0.0, 3600.0 / robots - busy);
-    const joules = inferencesPerHour * r.joules_per_inference + idle * r.idle_w;
+    const served = servedLoad(r);
+    let robots, actionsPerHour, joules;
+    if (served) {
+      robots = served.served_robots;
+      actionsPerHour = (served.served_actions / served.served_window_s) * 3600.0 / robots;
+      joules = (served.served_joules / served.served_window_s) * 3600.0 / robots;
+    } else {
+      robots = shared(r, "robots_per_device");
+      actionsPerHour = deliveredHz(r.latency_p50_ms, s.controlHz, ex) * 3600.0;
+      const inferencesPerHour = actionsPerHour / actionsPerInference(ex) / shared(r, "rows_per_inference");
+      const busy = Math.min(3600.0, (inferencesPerHour * r.latency_p50_ms) / 1000.0);
+      const idle = Math.max(0.0, 3600.0 / robots - busy);
+      joules = inferencesPerHour * r.joules_per_inference + idle * r.idle_w;
+    }
     const electricity = (joules / 3.6e6) * kwhPrice;
     const hardware = price === null ? null : price / (lifetime * 8760.0 * duty) / robots;
     const total = hardware === null ? electricity : hardware + electricity;
@@ -152,7 +165,9 @@
     const full = price === null ? [null, null] : costReport(r, s, ex, price);
     const electricity = costReport(r, s, ex, null);
     return {
-      joules_per_action: r.joules_per_inference / actionsPerInference(ex) / shared(r, "rows_per_inference"),
+      joules_per_action: servedLoad(r)
+        ? r.served_joules / r.served_actions
+        : r.joules_per_inference / actionsPerInference(ex) / shared(r, "rows_per_inference"),
       usd_per_million_actions: finite(full[1]),
       [ELECTRICITY_ONLY]: finite(electricity[1]),
       usd_per_robot_hour: finite(full[0]),
