@@ -15,10 +15,10 @@ import plotly.offline
 
 import vlabench
 from vlabench.analysis.cet import EXECUTIONS, ExecutionModel, Priority
-from vlabench.atomic import staging_folder
+from vlabench.atomic import WriteError, require_writable, staging_folder
 from vlabench.errors import InputError, VlabenchError
 from vlabench.results.aggregate import load_results
-from vlabench.results.store import json_files, survey
+from vlabench.results.store import SITE_MARKER, json_files, survey
 
 from . import charts
 from .estimates import projected_rows, reported_rows
@@ -27,7 +27,7 @@ from .ranking import rank_rows
 from .reported import reported_entries
 from .rows import Run, latest_per_configuration, row_key, run_rows, slug
 
-MARKER = "vlabench-site.json"
+MARKER = SITE_MARKER
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 ASSETS = ("site.css", "leaderboard.js", "charts.js")
 BUNDLED = Path(vlabench.__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -127,6 +127,7 @@ def build_site(
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
     execution = execution or ExecutionModel()
+    require_writable(out.parent, "-o", "a site")
     bundled = not paths
     inputs = bundled_inputs() if bundled else paths
     run_inputs = [path for path in inputs if path.is_dir() or survey(path, PROFILE_KIND).kind != PROFILE_KIND]
@@ -159,6 +160,9 @@ def build_site(
     try:
         pages = write_site(staging, runs, rows, skipped, settings, find_profiles(inputs, board))
         swap_into_place(staging, out)
+    except OSError as exc:  # a full disk, a quota, an I/O error: no half site, one clear message
+        shutil.rmtree(staging, ignore_errors=True)
+        raise WriteError(f"cannot write the site into {out.parent}: {exc.strerror or exc}", exc.errno) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
