@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,8 +120,12 @@ class Forgery:
         """The base result with this forgery at ``magnitude`` (its default when None), under a run id of its own."""
         document = base_document(self.base)
         self.forge(document, self.default if magnitude is None else magnitude)
-        document["run_id"] = f"{abs(hash(self.name)):032x}"[:32]
+        document["run_id"] = self.run_id
         return document
+
+    @property
+    def run_id(self) -> str:
+        return hashlib.sha256(self.name.encode()).hexdigest()[:32]
 
 
 def _set(path: str, how: Callable[[object, float], object]) -> Callable[[dict, float], None]:
@@ -396,8 +401,8 @@ FORGERIES: tuple[Forgery, ...] = (
             per_inference_joules, 10.0, 1e9, 1e6),
     Forgery("energy above idle not from the power", "plain", "energy above idle", "energy.dynamic_joules_per_inference",
             times("energy.dynamic_joules_per_inference"), 2.0, 1e3, 5.0),
-    Forgery("energy per action not per inference", "plain", "energy per action", "energy.joules_per_action",
-            times("energy.joules_per_action"), 2.0, 1e3, 7.0),
+    Forgery("energy per action not per inference", "plain", "energy per action = per inference / actions",
+            "energy.joules_per_action", times("energy.joules_per_action"), 2.0, 1e3, 7.0),
     Forgery("50 kW average power", "plain", "power within the device", "energy.average_w", average_watts,
             100.0, 1e6, 5e4),
     Forgery("more inferences than the energy window holds", "plain", "inferences within the energy window",
@@ -415,7 +420,8 @@ FORGERIES: tuple[Forgery, ...] = (
     # plain run: control and cost
     Forgery("inference rate 10x the latency's", "plain", "throughput from latency", "control.inference_hz_p50",
             times("control.inference_hz_p50"), 1.5, 1e3, 10.0),
-    Forgery("cost per action off by 100x", "plain", "cost per action", "cost.usd_per_million_actions",
+    Forgery("cost per action off by 100x", "plain", "cost per action = cost per hour / actions per hour",
+            "cost.usd_per_million_actions",
             times("cost.usd_per_million_actions"), 1.5, 1e4, 100.0),
     Forgery("hardware $/h not from price, lifetime and duty", "plain", "hardware cost = price / operating hours",
             "cost.hardware_usd_per_robot_hour", cost_figure("hardware_usd_per_robot_hour"), 0.01, 0.5, 0.1),
@@ -432,6 +438,8 @@ FORGERIES: tuple[Forgery, ...] = (
             stages_beyond_preparation, 1.5, 1e3, 3.0),
     Forgery("first action before the first inference", "plain", "first action = preparation + first inference",
             "cold_start.to_first_action_s", times("cold_start.to_first_action_s"), 1e-3, 0.5, 0.01),
+    Forgery("a preparation before the run", "plain", "a time of the preparation", "cold_start.prepare_s",
+            _set("cold_start.prepare_s", lambda v, k: -k), 1e-3, 1e6, 1.0),
     Forgery("a stage no backend has", "plain", "stages of a preparation", "cold_start.stages",
             lambda d, k: d["cold_start"]["stages"].update(warp={"seconds": 0, "cached": False}), 0.0, 1.0, 0.0),
     Forgery("windows holding more inferences than the pass", "plain", "windows of the pass", "sustained.windows",

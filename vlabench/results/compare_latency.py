@@ -6,10 +6,13 @@ within itself. So each side is summarized twice. Its *typical* latency is the me
 whose median moved by at most ``STEADY_DRIFT`` between their first and second half; all runs when none is steady),
 of each run's median. Its *least disturbed* run is the one with the fastest median. A regression is a change that
 both show beyond the threshold, and that the least disturbed runs show beyond their noise: a seeded percentile
-bootstrap of the relative difference of their medians, widened on both sides by each one's drift. One fast outlier
-cannot make a regression (the typical median must move too), nor can one slow baseline run hide one, and
-contamination of the candidate's runs must reach its fastest one to count. With fewer than ``MIN_RUNS`` runs a side
-the noise between processes is not measured (the two summaries are the same run): the verdict says so.
+bootstrap of the relative difference of their medians, widened on both sides by the noise the runs show themselves —
+each least disturbed run's drift, and each side's spread between processes: how much slower its second least
+disturbed run is than its first, on the runs' 10th percentile (``LEAST_DISTURBED``: the part of a run other load
+touches least). One fast outlier cannot make a regression (the typical median must move too), nor can one slow
+baseline run hide one; a machine so loaded that no two runs of a side agree widens the interval beyond any
+threshold (the minimum detectable change says by how much). With fewer than ``MIN_RUNS`` runs a side the noise
+between processes is not measured (the two summaries are the same run): the verdict says so.
 
 The minimum detectable change is the smallest change the comparison could call: the threshold, or the widened
 interval's half-width when that is larger. Background load and noise warnings the runs recorded are carried into the
@@ -36,6 +39,8 @@ processes."""
 STEADY_DRIFT = DRIFT_WARNING
 """A run whose median moves more than this between its halves was disturbed while it ran: left out of the typical
 median (when its side has a steadier run)."""
+LEAST_DISTURBED = 0.10
+"""The quantile of a run's samples that stands for its least disturbed speed, when its runs are compared."""
 BUSY_BACKGROUND_PERCENT = 25.0
 """A run that started with other processes keeping the CPUs this busy carries the caveat (as its own warning does)."""
 
@@ -47,6 +52,9 @@ class Side(BaseModel):
     typical_ms: float = Field(description="median over the steady runs of each run's median")
     fastest_ms: float = Field(description="the least disturbed run's median")
     unsteady: int = Field(description="runs whose median drifted more than STEADY_DRIFT within the run")
+    spread: float = Field(
+        description="between processes: the second least disturbed run's 10th percentile over the first's, - 1"
+    )
     busy: int = Field(description="runs that started under background load")
     noisy: int = Field(description="runs that warned the compared phase's timing is noisy")
     load_average_1m: list[float | None] = Field(description="each run's 1-minute load average at its start")
@@ -59,7 +67,9 @@ class Latency(BaseModel):
     least_disturbed_change: float | None = Field(default=None, description="of the least disturbed runs' medians")
     ci_low: float | None
     ci_high: float | None
-    noise: float = Field(default=0.0, description="the least disturbed runs' drift, by which the interval was widened")
+    noise: float = Field(
+        default=0.0, description="the runs' own noise (drift, spread between processes) that widened the interval"
+    )
     minimum_detectable: float | None = Field(default=None, description="the smallest change this comparison can call")
     baseline: Side | None = None
     candidate: Side | None = None
@@ -99,7 +109,9 @@ def _side(runs: Sequence[RunResult], phase: str) -> tuple[Side, list[float]]:
     drifts = [drift(values) for values in samples]
     steady = [median for median, moved in zip(medians, drifts, strict=True) if moved <= STEADY_DRIFT] or medians
     fastest = int(np.argmin(medians))
+    lows = sorted(float(np.quantile(values, LEAST_DISTURBED)) for values in samples)
     side = Side(
+        spread=lows[1] / lows[0] - 1 if len(lows) > 1 else 0.0,
         runs=len(runs),
         typical_ms=float(np.median(steady)),
         fastest_ms=medians[fastest],
@@ -173,7 +185,7 @@ def latency_change(
     if len(base_fastest) < 2 or len(cand_fastest) < 2:
         return Latency(**common, ci_low=None, ci_high=None, verdict="too few samples")
     least, low, high = bootstrap_relative_median_change(base_fastest, cand_fastest, confidence, resamples, seed)
-    noise = math.hypot(drift(base_fastest), drift(cand_fastest))
+    noise = math.hypot(drift(base_fastest), drift(cand_fastest), base.spread, cand.spread)
     low, high = low - noise, high + noise
     verdict: Verdict = "unchanged"
     if low > 0 and least > threshold and change > threshold:
