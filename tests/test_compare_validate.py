@@ -254,8 +254,26 @@ def test_an_unsteady_run_is_left_out_of_the_typical_median(measured):
 
     base = runs(measured, "a", [100] * 3, T0)
     cand = runs(measured, "b", [100] * 3, BETWEEN)
-    cand[1] = variant(cand[1], cand[1].run_id, drifting(120, 5))  # disturbed half-way through: +60%
+    for index in (1, 2):  # disturbed half-way through: +60%, their medians ~30% above the steady run's
+        cand[index] = variant(cand[index], cand[index].run_id, drifting(100, index))
     latency = changed(base, cand)
-    assert latency.candidate.unsteady == 1 and latency.verdict == "unchanged"
+    assert latency.candidate.unsteady == 2 and latency.verdict == "unchanged"
     assert latency.candidate_p50_ms == pytest.approx(100, rel=0.01)
-    assert any("1 of 3 runs drifted more than 10%" in caveat for caveat in latency.caveats)
+    assert any("2 of 3 runs drifted more than 10%" in caveat for caveat in latency.caveats)
+
+
+def test_a_change_only_the_least_disturbed_runs_show_is_no_regression(measured):
+    """Two baseline runs 8% faster than the candidate's, three slower: the typical medians say the candidate is
+    faster, so the least disturbed runs' +9% is no regression."""
+    base = runs(measured, "a", [92, 92.5, 108, 108, 108], T0)
+    latency = changed(base, runs(measured, "b", [100] * 5, BETWEEN))
+    assert latency.least_disturbed_change > 0.05 and latency.ci_low > 0 and latency.relative_change < 0
+    assert latency.verdict == "unchanged"
+
+
+def test_a_machine_too_loaded_for_two_runs_to_agree_calls_nothing(measured):
+    """Each side's runs 30-60% apart (as under heavy load on a shared CPU): the spread between processes widens the
+    interval past the +30% the least disturbed runs show, and the minimum detectable change says so."""
+    latency = changed(runs(measured, "a", [100, 160, 220], T0), runs(measured, "b", [130, 250, 200], BETWEEN))
+    assert latency.baseline.spread == pytest.approx(0.6, abs=0.02) and latency.relative_change > 0.05
+    assert latency.verdict == "unchanged" and latency.minimum_detectable > 0.5
