@@ -229,11 +229,6 @@ def average_watts(document: dict, watts: float) -> None:
     set_energy_window(document, watts, energy["window_s"], energy["window_inferences"])
 
 
-def window_inferences(document: dict, k: float) -> None:
-    energy = document["energy"]
-    set_energy_window(document, energy["average_w"], energy["window_s"], int(energy["window_inferences"] * k))
-
-
 def measured_label(document: dict, _: float) -> None:
     document["energy"]["label"] = document["energy"]["meter"]["label"] = document["cost"]["energy_label"] = "measured"
 
@@ -405,8 +400,6 @@ FORGERIES: tuple[Forgery, ...] = (
             "energy.joules_per_action", times("energy.joules_per_action"), 2.0, 1e3, 7.0),
     Forgery("50 kW average power", "plain", "power within the device", "energy.average_w", average_watts,
             100.0, 1e6, 5e4),
-    Forgery("more inferences than the energy window holds", "plain", "inferences within the energy window",
-            "energy.window_inferences", window_inferences, 200.0, 1e4, 1000.0),
     Forgery("measured label on a TDP estimate", "plain", "label of the method", "energy.label", measured_label,
             0.0, 1.0, 0.0),
     Forgery("a 5 PB memory peak", "plain", "memory within the device", "memory.peak_rss_bytes",
