@@ -183,6 +183,13 @@ def interval_below_every_sample(phase: str) -> Callable[[dict, float], None]:
     return forge
 
 
+def upper_end_below_p50(document: dict, k: float) -> None:
+    """The robots' p50 interval within their fastest and slowest reply, its upper end below their p50."""
+    latency = document["serving"]["latency"]
+    upper = latency["min"] + (latency["p50"] - latency["min"]) * k
+    latency["intervals"]["p50"] = [latency["min"] + (upper - latency["min"]) / 2, upper]
+
+
 def action_beyond_e2e(document: dict, k: float) -> None:
     """The action phase k ms longer than the longest end-to-end inference that contains it."""
     timing = document["timing"]
@@ -471,6 +478,8 @@ FORGERIES: tuple[Forgery, ...] = (
     # robots served over gRPC (run --remote)
     Forgery("a judged p99 faster than every robot's reply", "offload", "interval from the samples",
             "serving.latency.intervals.p99", interval_below_every_sample("latency"), 0.05, 0.95, 0.6),
+    Forgery("an upper end below the robots' p50", "offload", "interval from the samples",
+            "serving.latency.intervals.p50", upper_end_below_p50, 0.0, 0.95, 0.5),
     Forgery("a missed target claimed met", "offload", "throughput from latency", "control.meets_target",
             claims_the_target, 0.0, 1.0, 0.0),
     Forgery("robots served longer than the run lasted", "offload", "timed within the run", "serving.duration_s",
