@@ -31,7 +31,8 @@ from vlabench.results.relation_terms import (
     latency_message,
 )
 from vlabench.results.relations import relation_problems
-from vlabench.results.serving import ServingResult
+from vlabench.results.served_relations import served_stats
+from vlabench.results.serving import RobotServing, ServingResult
 from vlabench.results.stats_relations import latency_problems
 from vlabench.results.store import read_json, validate_artifact
 from vlabench.results.sustained import ColdStart, Sustained
@@ -296,6 +297,15 @@ class RunResult(ArtifactHeader):
             ("cost.assumptions", cost and cost.assumptions, ("electricity_usd_per_kwh",), False),
             ("cost.assumptions", cost and cost.assumptions, ("lifetime_years", "duty_cycle"), True),
         ]
+        served = self.serving
+        if served is not None:  # robots' latencies are read by the control relation: checked before any relation
+            for name, stats, zero in served_stats(served):
+                found += latency_problems(f"serving.{name}", stats, 0.0, zero)
+            checks.append(("serving", served, tuple(ServingResult.model_fields), False))
+            checks += [
+                (f"serving.per_robot.{i}", row, tuple(RobotServing.model_fields), False)
+                for i, row in enumerate(served.per_robot)
+            ]
         for name, block, fields, strict in checks:
             if block is not None:
                 found += figure_problems(name, block, fields, strict, lows)

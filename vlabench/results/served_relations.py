@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from vlabench.measure.stats import Stats
 from vlabench.results.relation_terms import (
     ABSOLUTE_MS,
     EXACT,
@@ -21,23 +22,28 @@ from vlabench.results.relation_terms import (
     at_most,
     close,
 )
-from vlabench.results.stats_relations import ORDER_STATISTICS, latency_problems, summary_problems
+from vlabench.results.stats_relations import ORDER_STATISTICS, summary_problems
 
 LATENCIES = ("latency", "inference")
 """Statistics of the block that are latencies (> 0); the others (queue, stall, the network split) are waits (≥ 0)."""
 WAITS = ("queue", "stall")
 
 
+def served_stats(served) -> list[tuple[str, Stats, bool]]:
+    """The block's statistics: (name, statistics, whether 0 is a possible value: a wait)."""
+    named = [(name, getattr(served, name), name in WAITS) for name in (*LATENCIES, *WAITS)]
+    return named + [(f"split_ms.{name}", stats, True) for name, stats in served.split_ms.items()]
+
+
 def serving_relations(result: RunResult) -> Problems:
-    """Every rule of the serving block, the statistics first (the others compare figures that must be in range)."""
+    """Every rule of the serving block, its statistics' own first (the others compare figures that must be
+    possible). Their ranges (finite, ordered, ≥ 0) are checked with the other figures' (``RunResult``)."""
     served = result.serving
     if served is None:
         return []
-    named = [(name, getattr(served, name), name in WAITS) for name in (*LATENCIES, *WAITS)]
-    named += [(f"split_ms.{name}", stats, True) for name, stats in served.split_ms.items()]
-    found = []
-    for name, stats, zero in named:
-        found += latency_problems(f"serving.{name}", stats, 0.0, zero) or summary_problems(f"serving.{name}", stats)
+    found = [
+        problem for name, stats, _ in served_stats(served) for problem in summary_problems(f"serving.{name}", stats)
+    ]
     if found:
         return found
     return [
@@ -116,7 +122,7 @@ def _batch_problems(served) -> Problems:
             )
         )
         return found
-    if served.requests:
+    if served.requests and served.mean_batch > 0:
         batches = served.requests / served.mean_batch  # before rounding
         if abs(batches - served.batches) > 0.5 + EXACT * batches:
             found.append(
@@ -162,7 +168,7 @@ def _rate_problems(result: RunResult) -> Problems:
                 f"{per_reply} actions in {served.duration_s:g} s are {actions:g}",
             )
         )
-    if served.requests:
+    if served.requests and served.mean_batch > 0:
         inferences = served.requests / served.mean_batch / served.duration_s
         if not close(served.inferences_per_s, inferences, EXACT):
             found.append(
