@@ -846,9 +846,9 @@ class Block:
     render: Callable[[Path], str]
 
 
-def render_compare_aa(root: Path) -> str:
+def render_compare_aa(root: Path, artifact: str) -> str:
     """``benchmarks/compare_aa.py``: separate-process A/A pairs (false regressions) and a +25% slowdown (caught)."""
-    doc, meta = load(root, f"{RESULTS}/compare-aa.json")
+    doc, meta = load(root, artifact)
     slowdown = pct(doc["slowdown"])
     rows = []
     for name, parts in [*doc["per_model"].items(), ("all", {key: doc[key] for key in ("interleaved", "single")})]:
@@ -957,7 +957,6 @@ BLOCKS: dict[str, Block] = {
     "fidelity": Block((f"{RESULTS}/fidelity.json",), render_fidelity),
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
-    "compare-aa": Block((f"{RESULTS}/compare-aa.json",), render_compare_aa),
     "serving": Block((f"{RESULTS}/serving-cpu.json",), render_serving),
 }
 for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-avx512-bf16", "smolvla-avx512-bf16-cpu")):
@@ -966,6 +965,9 @@ for _block, _artifact in (("expert-profile", "smolvla-cpu"), ("expert-profile-av
 for _kernel in ("amx", "vnni", "avx2"):
     _artifact = f"{RESULTS}/{_kernel}-linear-smolvla-cpu.json"
     BLOCKS[f"{_kernel}-linear"] = Block((_artifact,), partial(render_amx_linear, artifact=_artifact))
+for _block, _artifact in (("compare-aa", "compare-aa"), ("compare-aa-second", "compare-aa-second")):
+    _path = f"{RESULTS}/{_artifact}.json"
+    BLOCKS[_block] = Block((_path,), partial(render_compare_aa, artifact=_path))
 BLOCKS["backends-summary"] = Block((f"{RESULTS}/backends-smolvla-cpu.json",), render_backends_summary)
 FULL_SIZE = ("smolvla", "smolvla-avx512-bf16", "smolvla-emulated-avx2", "smolvla-emulated-avx512-vnni")
 """Issue 19's workload, per CPU class (measured or emulated)."""
