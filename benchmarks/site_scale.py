@@ -65,8 +65,8 @@ def base_result() -> dict:
         "meter": {},
         "idle_window_s": 0.2,
         "idle_w": 5.0,
-        "window_s": 1.0,
-        "window_inferences": 3,
+        "window_s": 1.5,
+        "window_inferences": 1,  # the file's end-to-end inference takes over a second
         "notes": [],
     }
     set_power(data, 12.0)
@@ -137,6 +137,7 @@ def synthetic_results(folder: Path, count: int, seed: int = 0) -> list[Path]:
         data["started_utc"] = moment.isoformat()
         factor = rng.lognormvariate(-2.0, 1.5)
         scale_timing(data["timing"], factor)
+        data["energy"]["window_s"] *= factor  # the same inferences at the new latency
         data["finished_utc"] = (moment + timedelta(seconds=30 + data["timing"]["timed_duration_s"])).isoformat()
         set_power(data, round(rng.uniform(0.2, 1.0) * device_tdp(device), 3))
         if rng.random() < 0.2:

@@ -17,9 +17,9 @@ import pandas as pd
 import vlabench
 from vlabench.analysis.cet import EXECUTIONS, CostAssumptions, ExecutionModel, Priority
 from vlabench.analysis.question import WORKLOAD_COLUMNS
-from vlabench.atomic import staging_folder
+from vlabench.atomic import WriteError, require_writable, staging_folder
 from vlabench.errors import InputError, VlabenchError
-from vlabench.results.store import json_files, survey
+from vlabench.results.store import SITE_MARKER, json_files, survey
 
 from . import charts
 from .board import PROFILE_KIND, Progress, load_board, quiet
@@ -27,7 +27,7 @@ from .pages import page_rows, write_pages
 from .ranking import canonical_workloads, model_defaults, rank_rows
 from .rows import Run, row_key
 
-MARKER = "vlabench-site.json"
+MARKER = SITE_MARKER
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 ASSETS = ("site.css", "leaderboard.js", "charts.js")
 PLOTLY = "plotly-basic.min.js"
@@ -85,6 +85,7 @@ def build_site(
     if control_hz <= 0:
         raise InputError("--control-hz must be positive")
     execution = execution or ExecutionModel()
+    require_writable(out.parent, "-o", "a site")
     check_target(out)
     board = load_board(paths, control_hz, projected=projected, progress=progress)
     progress("ranking", 0, 1)
@@ -111,6 +112,9 @@ def build_site(
             staging, board.runs, rows, board.skipped, settings, find_profiles(board.inputs, board.board), progress
         )
         swap_into_place(staging, out)
+    except OSError as exc:  # a full disk, a quota, an I/O error: no half site, one clear message
+        shutil.rmtree(staging, ignore_errors=True)
+        raise WriteError(f"cannot write the site into {out.parent}: {exc.strerror or exc}", exc.errno) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -2,6 +2,7 @@
 validate` (publication checks), on results derived from one real tiny run."""
 
 import json
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -12,13 +13,8 @@ from vlabench.cli.app import app
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.measure.correctness import TOLERANCES, Correctness
-from vlabench.results.compare import (
-    Settings,
-    bootstrap_relative_median_change,
-    compare_folders,
-    drift,
-    latency_change,
-)
+from vlabench.results.compare import Settings, compare_folders
+from vlabench.results.compare_latency import Latency, bootstrap_relative_median_change, drift, latency_change
 from vlabench.results.schema import RunResult, write_result
 
 runner = CliRunner()
@@ -72,7 +68,9 @@ def test_compare_flags_a_latency_regression_lists_unmatched_runs_and_exits_6(mea
     write_result(variant(measured, "d" * 32, samples(50, 4), config_hash="only-in-cand"), cand)
     report = compare_folders(base, cand, Settings())
     assert [m.latency.verdict for m in report.matches] == ["regression"]
-    assert report.matches[0].latency.ci_low > 0 and report.matches[0].energy.verdict == "unchanged"
+    assert report.matches[0].latency.ci_low > 0
+    energy = report.matches[0].energy  # at the same power, a slower inference takes more energy
+    assert energy.relative_change == pytest.approx(report.matches[0].latency.relative_change, abs=0.03)
     assert len(report.only_baseline) == len(report.only_candidate) == 1
     shown = runner.invoke(app, ["compare", str(base), str(cand)])
     assert shown.exit_code == 6
@@ -180,9 +178,102 @@ def test_a_change_within_the_runs_own_drift_is_no_regression(measured):
         base.timing.samples_ms["e2e"], cand.timing.samples_ms["e2e"], 0.95, 2000, 0
     )
     assert low > 0 and point > 0.05  # significant and above the threshold within the runs
-    latency = latency_change(base, cand, Settings())
+    latency = changed([base], [cand])
     assert latency.verdict == "unchanged" and latency.noise > 0.1 and latency.ci_low < 0
-    steady = latency_change(
-        variant(measured, "a" * 32, samples(100, 1)), variant(measured, "c" * 32, samples(115, 2)), Settings()
-    )
+    assert latency.minimum_detectable > 0.1  # it says how large a change it could have seen
+    steady = changed([variant(measured, "a" * 32, samples(100, 1))], [variant(measured, "c" * 32, samples(115, 2))])
     assert steady.verdict == "regression" and steady.noise < 0.02  # the same change on steady runs is flagged
+    assert steady.minimum_detectable == pytest.approx(0.05)  # the threshold: the interval is narrower
+
+
+def changed(baseline: list[RunResult], candidate: list[RunResult], **settings) -> Latency:
+    chosen = Settings(**settings)
+    fields = ("threshold", "confidence", "resamples", "seed", "phase")
+    return latency_change(baseline, candidate, **{name: getattr(chosen, name) for name in fields})
+
+
+def runs(measured: RunResult, prefix: str, levels: list[float], start: datetime, **state) -> list[RunResult]:
+    """One steady run per level, started a minute apart from ``start`` (``state``: its system state's fields)."""
+    made = []
+    for index, level in enumerate(levels):
+        run = variant(measured, f"{prefix}{index}".ljust(32, "0"), samples(level, hash((prefix, index)) % 1000))
+        system = run.system_state.model_copy(update={"background_cpu_percent": 0.0, **state})
+        begun = start + timedelta(minutes=2 * index)
+        finished = begun + (run.finished_utc - run.started_utc)
+        update = {"started_utc": begun, "finished_utc": finished, "system_state": system, "warnings": []}
+        made.append(run.model_copy(update=update))
+    return made
+
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+BETWEEN = T0 + timedelta(minutes=1)
+
+
+def test_one_disturbed_run_makes_no_regression_and_hides_none(measured):
+    """Interleaved runs: a candidate run slowed 40% by other load, or a baseline run 8% faster than the others, is
+    no regression (the typical median does not move); a uniform 25% slowdown is one even with a disturbed baseline
+    run, and so is a candidate whose every run is slower."""
+    base = runs(measured, "a", [100, 100, 100], T0)
+    assert changed(base, runs(measured, "b", [100, 140, 100], BETWEEN)).verdict == "unchanged"
+    assert changed(runs(measured, "a", [100, 92, 100], T0), runs(measured, "b", [100, 100, 100], BETWEEN)).verdict == (
+        "unchanged"
+    )
+    disturbed = runs(measured, "a", [100, 160, 100], T0)
+    slowed = changed(disturbed, runs(measured, "b", [125, 125, 125], BETWEEN))
+    assert slowed.verdict == "regression" and slowed.relative_change == pytest.approx(0.25, abs=0.02)
+    assert slowed.caveats == [] and slowed.baseline.runs == 3 and slowed.least_disturbed_change > 0.2
+
+
+def test_the_verdict_carries_background_load_too_few_runs_and_unsteady_runs(measured, tmp_path):
+    single = changed(runs(measured, "a", [100], T0), runs(measured, "b", [100], BETWEEN))
+    assert any("1 run(s) on a side" in caveat and "interleave at least 3" in caveat for caveat in single.caveats)
+    batches = changed(runs(measured, "a", [100] * 3, T0), runs(measured, "b", [100] * 3, T0 + timedelta(hours=1)))
+    assert any("not interleaved" in caveat for caveat in batches.caveats)
+    loaded = runs(measured, "b", [130, 130, 130], BETWEEN, background_cpu_percent=100.0, load_average_1m=3.5)
+    flagged = changed(runs(measured, "a", [100] * 3, T0), loaded)
+    assert flagged.verdict == "regression" and flagged.candidate.busy == 3
+    assert any("candidate: 3 of 3 runs" in c and "load average 3.50–3.50" in c for c in flagged.caveats)
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    for run in runs(measured, "a", [100] * 3, T0):
+        write_result(run, base)
+    for run in loaded:
+        write_result(run, cand)
+    shown = runner.invoke(app, ["compare", str(base), str(cand)])
+    said = " ".join(shown.stdout.split())
+    assert shown.exit_code == 6 and "regression*" in said and "more than 25% busy" in said and "detects ≥" in said
+    assert "1 regressed configuration(s) (1 with caveats" in " ".join(shown.stderr.split())
+    report = json.loads(runner.invoke(app, ["compare", str(base), str(cand), "--json"]).stdout)
+    [match] = report["matches"]
+    assert len(match["candidate_runs"]) == 3 and match["latency"]["candidate"]["load_average_1m"] == [3.5] * 3
+
+
+def test_an_unsteady_run_is_left_out_of_the_typical_median(measured):
+    def drifting(level: float, seed: int) -> list[float]:
+        rng = np.random.default_rng(seed)
+        return list(rng.normal(level, 0.2, 15)) + list(rng.normal(level * 1.6, 0.2, 15))
+
+    base = runs(measured, "a", [100] * 3, T0)
+    cand = runs(measured, "b", [100] * 3, BETWEEN)
+    for index in (1, 2):  # disturbed half-way through: +60%, their medians ~30% above the steady run's
+        cand[index] = variant(cand[index], cand[index].run_id, drifting(100, index))
+    latency = changed(base, cand)
+    assert latency.candidate.unsteady == 2 and latency.verdict == "unchanged"
+    assert latency.candidate_p50_ms == pytest.approx(100, rel=0.01)
+    assert any("2 of 3 runs drifted more than 10%" in caveat for caveat in latency.caveats)
+
+
+def test_a_change_only_the_least_disturbed_runs_show_is_no_regression(measured):
+    """Two baseline runs 8% faster than the candidate's, three slower: the typical medians say the candidate is
+    faster, so the least disturbed runs' +9% is no regression."""
+    base = runs(measured, "a", [92, 92.5, 108, 108, 108], T0)
+    latency = changed(base, runs(measured, "b", [100] * 5, BETWEEN))
+    assert latency.least_disturbed_change > 0.05 and latency.ci_low > 0 and latency.relative_change < 0
+    assert latency.verdict == "unchanged"
+
+
+def test_a_machine_too_loaded_for_two_runs_to_agree_calls_nothing(measured):
+    """Each side's runs 30-60% apart (as under heavy load on a shared CPU): the spread between processes widens the
+    interval past the +30% the least disturbed runs show, and the minimum detectable change says so."""
+    latency = changed(runs(measured, "a", [100, 160, 220], T0), runs(measured, "b", [130, 250, 200], BETWEEN))
+    assert latency.baseline.spread == pytest.approx(0.6, abs=0.02) and latency.relative_change > 0.05
+    assert latency.verdict == "unchanged" and latency.minimum_detectable > 0.5

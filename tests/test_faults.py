@@ -37,7 +37,7 @@ from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore
 from vlabench.fleet.ray_dispatch import probe_address
 from vlabench.fleet.sweep_file import expand, parse_sweep
 from vlabench.results.launch_outcome import LaunchOutcome
-from vlabench.results.schema import RunResult, load_result
+from vlabench.results.schema import RunResult, load_result, write_result
 
 ARTIFACT = (
     Path(__file__).parent
@@ -203,6 +203,65 @@ def test_an_unreadable_energy_log_is_refused_before_the_model_is_built(tmp_path,
     refused = runner.invoke(app, ["run", *FAST[:-4], "-b", "all", "--energy-log", str(tmp_path / log)])
     assert refused.exit_code == code, refused.output
     assert log in refused.output
+
+
+@pytest.mark.parametrize(
+    ("command", "never"),
+    [
+        (["fidelity", "--observations", "1", "--no-closed-loop"], "vlabench.commands.fidelity.plan_target"),
+        (["roofline", "-d", "rtx-4090"], "vlabench.commands.roofline.load_model_spec"),
+    ],
+)
+def test_analysis_outputs_are_checked_before_the_work(tmp_path, monkeypatch, command, never):
+    """fidelity --out and roofline --out into a path no file can be written to: refused (exit 2) before any model is
+    built, not after the work."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{never} ran before --out was checked")
+
+    monkeypatch.setattr(never, refuse)
+    (tmp_path / "file").write_text("")
+    refused = runner.invoke(app, [*command, "-m", "smolvla-tiny", "-o", str(tmp_path / "file" / "sub")])
+    assert refused.exit_code == 2, refused.output
+    assert f"--out {tmp_path / 'file' / 'sub'}: cannot write" in " ".join(refused.output.split())
+
+
+def test_project_and_site_build_outputs_are_checked_before_the_work(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr("vlabench.commands.project.run_project", lambda *a: pytest.fail("projected before --out"))
+    projected = runner.invoke(app, ["project", "-m", "smolvla", "-o", str(tmp_path / "file" / "p.json")])
+    assert projected.exit_code == 2 and "cannot write a projection there" in projected.output
+    monkeypatch.setattr("vlabench.leaderboard_site.build.load_results", lambda *a: pytest.fail("read before -o"))
+    built = runner.invoke(app, ["site", "build", str(tmp_path), "-o", str(tmp_path / "file" / "site")])
+    assert built.exit_code == 2 and "cannot write a site there" in built.output
+
+
+def test_a_full_disk_under_site_build_is_one_clear_error_and_no_half_site(tiny_disk, tmp_path, result):
+    """The site's assets do not fit the 8 KiB left: exit 1 with the reason, no traceback, no staging folder left."""
+    folder = tmp_path / "results"
+    save = write_result(result, folder)
+    built = runner.invoke(app, ["site", "build", str(save), "-o", str(tiny_disk / "site"), "--no-projected"])
+    assert built.exit_code == 1, built.output
+    said = " ".join(built.stderr.split())
+    assert "cannot write the site into" in said and "No space left on device" in said
+    assert isinstance(built.exception, SystemExit)  # the CLI's clear exit, no traceback
+    assert sorted(path.name for path in tiny_disk.iterdir()) == ["filler"]
+
+
+def test_a_site_built_inside_its_results_folder_is_not_read_back_as_results(result, tmp_path):
+    """``site build RESULTS -o RESULTS/site`` twice: the second build reads the one result, not the first build's
+    copy of it (nor its downloads); rank and compare pass over the site too."""
+    folder = tmp_path / "results"
+    write_result(result, folder)
+    for _ in range(2):
+        built = runner.invoke(app, ["site", "build", str(folder), "-o", str(folder / "site"), "--no-projected"])
+        assert built.exit_code == 0, built.output
+        assert "skipped" not in built.stderr
+    marker = json.loads((folder / "site" / "vlabench-site.json").read_text())
+    assert marker["runs"] == 1 and marker["skipped"] == []
+    assert list((folder / "site").rglob(f"*{result.run_id[:8]}*.json")), "the site holds a copy of the result"
+    ranked = json.loads(runner.invoke(app, ["rank", str(folder), "--json"]).stdout)
+    assert len(ranked) == 1
 
 
 # ---- debris of killed writers and killed sweeps ----------------------------------------------------------------

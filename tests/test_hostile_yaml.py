@@ -231,3 +231,38 @@ def test_a_directory_or_binary_file_is_one_clear_error(reader, kind, tmp_path, m
     assert result.exit_code == 2, result.output
     assert str(path) in result.output and WHAT[reader] in result.output
     assert "Traceback" not in result.output and not isinstance(result.exception, AssertionError)
+
+
+# --- documents too deep or too large to compose ---------------------------------------------------------------------
+
+NESTED = {
+    "flow": "model: " + "[" * 5000 + "]" * 5000 + "\n",
+    "block": "model:\n" + "".join(" " * (depth + 1) + "x:\n" for depth in range(400)),
+}
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join(['*' + previous] * 10)}]\n"
+    for previous, name in zip("abcdefghi", "bcdefghij", strict=True)
+)
+
+
+@pytest.mark.parametrize("text", [*NESTED.values(), LAUGHS], ids=[*NESTED, "aliases"])
+def test_a_document_too_deep_or_too_large_once_expanded_is_one_clear_error(text, tmp_path):
+    """Deeper than PyYAML's recursive composer can go (a RecursionError before), or a billion laughs of aliases:
+    an InputError naming the file and the line, for every reader of YAML, and exit 2 from the CLI."""
+    for parse in (
+        lambda: parse_yaml(text, RunConfig, "f.yaml", "run config"),
+        lambda: parse_model_spec(text, "m.yaml"),
+        lambda: parse_sweep(text, "s.yaml"),
+    ):
+        with pytest.raises(InputError, match=r"\.yaml:\d+: (nested more than 32 levels deep|more than 100000 values)"):
+            parse()
+    config = tmp_path / "deep.yaml"
+    config.write_text(text)
+    refused = runner.invoke(app, ["run", "--config", str(config)])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert "deep.yaml:" in " ".join(refused.stderr.split())
+
+
+def test_anchors_and_merge_keys_within_the_limits_still_load():
+    text = "base: &b {steps: 4, chunk: 8}\nrun:\n  <<: *b\n  steps: 6\n" + "deep: " + "[" * 30 + "]" * 30 + "\n"
+    assert load_yaml(text)["run"] == {"steps": 6, "chunk": 8}

@@ -31,7 +31,10 @@ from vlabench.measure.stats import Stats, summarize
 from vlabench.results.aggregate import load_results, results_frame
 from vlabench.results.assemble import control_verdict
 from vlabench.results.control import ControlVerdict
+from vlabench.results.cost_relations import model_cost
+from vlabench.results.schema import RunResult
 from vlabench.results.sustained import latency_windows
+from vlabench.results.timing_relations import step_spans
 from vlabench.vocab import Precision
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -53,21 +56,22 @@ def _derive(base: dict, **changes) -> dict:
 
 
 def _scale_e2e(data: dict, p50: float, p99: float) -> dict:
-    """New e2e percentiles (min = p50 = mean, p90 = p99 = max, samples to match), every part of the inference scaled
-    so that it still fits inside (its longest at the new p50), and what depends on them (timed duration, control
-    verdict) following: readers refuse results whose figures contradict each other."""
+    """New e2e samples (all at p50 but the last, at p99) and their statistics, every part of the inference scaled so
+    that it still fits inside (its longest at the new p50) with the statistics of its scaled samples, and what depends
+    on them (timed duration, control verdict, cost) following: readers refuse results whose figures contradict each
+    other."""
     timing = data["timing"]
     old = timing["phases"]["e2e"]
     factor = p50 / old["max"]
-    for name, stats in [*timing["phases"].items(), *enumerate(timing["denoise_steps"])]:
-        if name != "e2e":
-            stats.update({key: stats[key] * factor for key in ("min", "p50", "p90", "p99", "max", "mean", "stdev")})
     for name, samples in timing["samples_ms"].items():
         timing["samples_ms"][name] = [value * factor for value in samples]
+    spans = step_spans(timing["samples_ms"])
+    for name in timing["phases"]:  # the statistics of the scaled samples (as readers recompute them)
+        timing["phases"][name] = summarize(timing["samples_ms"][name]).model_dump()
+    timing["denoise_steps"] = [summarize(timing["samples_ms"][key]).model_dump() for key in spans]
     count = old["count"]
-    e2e = summarize([p50] * (count - 1) + [p99])
-    timing["phases"]["e2e"] = e2e.model_dump() | {"min": p50, "p50": p50, "mean": p50, "p90": p99, "p99": p99}
     timing["samples_ms"]["e2e"] = [p50] * (count - 1) + [p99]
+    timing["phases"]["e2e"] = summarize(timing["samples_ms"]["e2e"]).model_dump()
     timing["timed_duration_s"] = max(timing["timed_duration_s"], count * p99 / 1000.0)
     if data.get("sustained"):  # the new samples as one window of the pass
         window = latency_windows([0] * count, timing["samples_ms"]["e2e"], 0, timing["timed_duration_s"] + 1.0)
@@ -77,6 +81,8 @@ def _scale_e2e(data: dict, p50: float, p99: float) -> dict:
         Stats.model_validate(timing["phases"]["e2e"]), control.control_hz, control.execution_model()
     )
     data["control"] = verdict.model_dump(mode="json")
+    if data.get("cost") and data.get("energy"):  # the cost of the new latency, as the cost model computes it
+        data["cost"] = model_cost(RunResult.model_validate(data)).model_dump(mode="json")
     return data
 
 

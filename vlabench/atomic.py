@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vlabench.errors import VlabenchError
+from vlabench.errors import InputError, VlabenchError
 
 PARTIAL_PREFIX = ".partial-"
 STALE_AFTER_S = 3600.0
@@ -134,6 +134,13 @@ def writable_folder_problem(folder: Path) -> str | None:
         os.close(fd)
         Path(probe).unlink(missing_ok=True)
     return None
+
+
+def require_writable(folder: Path, flag: str, what: str = "a result") -> None:
+    """Refuse, before any work (exit 2), an output folder that cannot take a file (``writable_folder_problem``)."""
+    problem = writable_folder_problem(folder)
+    if problem:
+        raise InputError(f"{flag} {folder}: cannot write {what} there: {problem}")
 
 
 def _writer_gone(name: str, prefix: str) -> bool:

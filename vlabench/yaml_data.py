@@ -113,8 +113,55 @@ StrictLoader.add_implicit_resolver(
 )
 
 
+MAX_DEPTH = 32
+"""vlabench's YAML files nest a few levels; a deeper document is refused before PyYAML's recursive composer."""
+MAX_NODES = 100_000
+"""Values a document may hold with its aliases expanded (a "billion laughs" of nested aliases is refused)."""
+
+
+class ShapeError(yaml.YAMLError):
+    """A document nested too deeply, or too large once its aliases are expanded."""
+
+    def __init__(self, problem: str, line: int) -> None:
+        self.problem, self.line = problem, line
+        super().__init__(f"line {line}: {problem}")
+
+
+def check_shape(text: str) -> None:
+    """Walk the parser's events (an iterative state machine, no recursion) and refuse a document nested more than
+    ``MAX_DEPTH`` levels or holding more than ``MAX_NODES`` values with its aliases expanded (ShapeError)."""
+    sizes: dict[str, int] = {}
+    open_nodes: list[tuple[str | None, int]] = []  # (anchor, values so far) of each open mapping or sequence
+    total = 0
+    for event in yaml.parse(text, Loader=StrictLoader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_nodes.append((event.anchor, 0))
+            if len(open_nodes) > MAX_DEPTH:
+                raise ShapeError(f"nested more than {MAX_DEPTH} levels deep", line)
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = open_nodes.pop()
+            size += 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, size = None, sizes.get(event.anchor, 1)
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, size = event.anchor, 1
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        if open_nodes:
+            open_nodes[-1] = (open_nodes[-1][0], open_nodes[-1][1] + size)
+        total += size if isinstance(event, yaml.AliasEvent) else 1
+        if total > MAX_NODES:
+            raise ShapeError(f"more than {MAX_NODES} values with its aliases expanded", line)
+
+
 def load_yaml(text: str) -> Any:
-    """``text`` parsed by :class:`StrictLoader`; raises ``yaml.YAMLError`` (a DuplicateKeyError included)."""
+    """``text`` parsed by :class:`StrictLoader` once its shape is checked (``check_shape``); raises
+    ``yaml.YAMLError`` (a DuplicateKeyError or ShapeError included)."""
+    check_shape(text)
     return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: no arbitrary objects
 
 
@@ -127,7 +174,7 @@ def parse_yaml(text: str, schema: type[Model] | TypeAdapter, origin: str, what: 
     or invalid fields raise InputError naming ``origin``."""
     try:
         data = load_yaml(text)
-    except DuplicateKeyError as exc:
+    except (DuplicateKeyError, ShapeError) as exc:
         raise InputError(f"{origin}:{exc.line}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{origin}: malformed YAML: {exc}") from None

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vlabench.atomic import require_writable
 from vlabench.cli.options import (
     Bounds,
     CamerasFlag,
@@ -100,6 +101,8 @@ def roofline(
     from vlabench.commands.roofline import RooflineRequest, default_precision, resolve_profile, run_roofline
     from vlabench.vocab import Precision
 
+    if html:
+        require_writable(out_dir, "--out", "a chart")
     chosen = Precision.parse(precision) if precision else default_precision(resolve_profile(device)[0])
     fields = {field.name for field in dataclasses.fields(RooflineRequest)}
     outcome = run_roofline(RooflineRequest(**{**arguments_for(ctx, fields), "precision": chosen}))
@@ -145,6 +148,8 @@ def project(
     from vlabench.cli.views.project import project_renderables
     from vlabench.commands.project import ProjectRequest, run_project, write_outcome
 
+    if out_file is not None:
+        require_writable(out_file.parent, "--out", "a projection")
     request = ProjectRequest(
         model or [], device or [], stack or [], precision or [], every, control_hz, cameras, steps, power_mode
     )
@@ -192,6 +197,7 @@ def fidelity(
 
     if observations < 1 or episodes < 1 or not 1 <= actions_per_chunk <= 8:
         raise InputError("--observations and --episodes must be ≥ 1, --actions-per-chunk within 1..8")
+    require_writable(out_dir, "--out", "a fidelity report")
     stderr.print(
         f"open loop: {observations} observations of {model}"
         + (f"; closed loop: {episodes} episodes" if closed_loop else "")

@@ -122,7 +122,7 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
     """Match two results folders by config identity; exit 6 on a latency, energy or correctness regression."""
-    from vlabench.cli.views.checks import compare_table
+    from vlabench.cli.views.checks import compare_caveats, compare_table
     from vlabench.results.compare import Settings, compare_folders
 
     report = compare_folders(baseline, candidate, Settings(**arguments_for(ctx, Settings.model_fields)))
@@ -131,11 +131,15 @@ def compare(
         write_json(report.model_dump_json(indent=2))
     else:
         stdout.print(compare_table(report))
+        for line in compare_caveats(report):
+            stdout.print(markup_safe(line), highlight=False)
         for title, names in (("only in baseline", report.only_baseline), ("only in candidate", report.only_candidate)):
             for name in names:
                 stdout.print(f"[dim]{markup_safe(title)}:[/] {markup_safe(name)}", highlight=False)
     if report.regressions:
-        stderr.print(f"[bold red]{len(report.regressions)} regressed run(s)[/]")
+        caveated = sum(bool(match.latency and match.latency.caveats) for match in report.regressions)
+        under = f" ({caveated} with caveats: see * above)" if caveated and not as_json else ""
+        stderr.print(f"[bold red]{len(report.regressions)} regressed configuration(s){under}[/]")
         raise CheckFailedError
 
 
@@ -163,7 +167,8 @@ def validate(
 
     files, problems = validate_folder(folder, Requirements(**arguments_for(ctx, Requirements.model_fields)))
     if not files:
-        raise InputError(f"{folder}: no result files")
+        strangers = "; ".join(f"{problem.file}: {problem.message}" for problem in problems)
+        raise InputError(f"{folder}: no result files" + (f" ({strangers})" if strangers else ""))
     if as_json:
         write_json(json.dumps([problem.model_dump() for problem in problems], indent=2))
     elif problems:

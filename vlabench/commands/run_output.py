@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vlabench.atomic import remove_stale, rescue_text, writable_folder_problem
+from vlabench.atomic import remove_stale, require_writable, rescue_text
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, VlabenchError
+from vlabench.errors import VlabenchError
 from vlabench.results.schema import RunResult, write_result
 from vlabench.telemetry.energy.external import read_power_log
 
@@ -16,9 +16,7 @@ from vlabench.telemetry.energy.external import read_power_log
 def check_paths(config: RunConfig) -> None:
     """Before any work: the results folder must take a file (a probe file is created and removed; the temporary
     files killed writers left there are removed) and an external meter's log must be readable."""
-    problem = writable_folder_problem(config.out)
-    if problem:
-        raise InputError(f"--out {config.out}: cannot write a result there: {problem}")
+    require_writable(config.out, "--out")
     remove_stale(config.out)
     if config.energy_log is not None:
         read_power_log(config.energy_log)

@@ -1,36 +1,26 @@
 """``vlabench compare``: match two results folders run by run and flag latency, energy and correctness regressions.
 
-Latency: a seeded percentile bootstrap of the relative difference of medians, (candidate − baseline) / baseline,
-over the raw samples of one phase, widened on both sides by the runs' own drift: how far each run's median moves
-between its first and second half (in the order timed), combined over the two runs. A bootstrap over one pair sees
-only the noise within each run; two back-to-back runs of one configuration also differ by what drifts between them
-(clocks, caches, other load), and a run's drift over its own length is the estimate of that which the pair holds. A
-run regressed when the whole widened interval lies above zero and the point estimate exceeds the relative
-threshold (``benchmarks/compare_aa.py`` measures how often back-to-back runs of one configuration come out
-"regression"). Energy results hold one window
-and no dispersion, so joules per action regress when they grow by more than their own relative threshold.
-Correctness regresses when the baseline is valid and the candidate is not (a NaN action error included); the match
-keeps the candidate's reason."""
+Runs are matched by configuration identity (``config_hash``); every run of a configuration in a folder counts, so a
+folder may hold interleaved repeats. Latency: ``compare_latency`` (typical and least disturbed runs, a bootstrap
+widened by the runs' own drift, the minimum detectable change, the runs' background load as caveats). Energy results
+hold one window and no dispersion, so joules per action regress when they grow by more than their own relative
+threshold (the latest run of each side). Correctness regresses when the latest baseline run is valid and the latest
+candidate run is not (a NaN action error included); the match keeps the candidate's reason."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from vlabench.config import SEED_LIMIT
 from vlabench.errors import InputError, unknown_name
 from vlabench.results.aggregate import load_results
+from vlabench.results.compare_latency import Latency, Verdict, latency_change
 from vlabench.results.schema import RunResult
 from vlabench.vocab import Phase
-
-Verdict = Literal["regression", "improvement", "unchanged", "too few samples", "not comparable", "no data"]
-
 
 MAX_THRESHOLD = 10.0
 """Relative thresholds are 0 < x ≤ 10 (a 1000 % change): beyond that nothing could ever be flagged."""
@@ -47,16 +37,6 @@ class Settings(BaseModel):
     phase: str = "e2e"
 
 
-class Latency(BaseModel):
-    baseline_p50_ms: float
-    candidate_p50_ms: float
-    relative_change: float
-    ci_low: float | None
-    ci_high: float | None
-    noise: float = Field(default=0.0, description="the runs' own drift, by which the interval was widened")
-    verdict: Verdict
-
-
 class Energy(BaseModel):
     baseline_j_per_action: float | None
     candidate_j_per_action: float | None
@@ -68,8 +48,10 @@ class Energy(BaseModel):
 class Match(BaseModel):
     config_hash: str
     label: str
-    baseline: str
+    baseline: str = Field(description="the latest baseline run's file")
     candidate: str
+    baseline_runs: list[str] = Field(default_factory=list, description="every baseline run's file, oldest first")
+    candidate_runs: list[str] = Field(default_factory=list)
     latency: Latency | None
     energy: Energy
     correctness_regressed: bool
@@ -91,69 +73,6 @@ class Report(BaseModel):
     @property
     def regressions(self) -> list[Match]:
         return [match for match in self.matches if match.regressed]
-
-
-def bootstrap_relative_median_change(
-    baseline: Iterable[float], candidate: Iterable[float], confidence: float, resamples: int, seed: int
-) -> tuple[float, float, float]:
-    """(point, low, high) of (median(candidate) − median(baseline)) / median(baseline), percentile bootstrap."""
-    base, cand = np.asarray(list(baseline), dtype=np.float64), np.asarray(list(candidate), dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    base_medians = np.median(rng.choice(base, size=(resamples, base.size)), axis=1)
-    cand_medians = np.median(rng.choice(cand, size=(resamples, cand.size)), axis=1)
-    changes = (cand_medians - base_medians) / base_medians
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(changes, [alpha, 1.0 - alpha])
-    point = (np.median(cand) - np.median(base)) / np.median(base)
-    return float(point), float(low), float(high)
-
-
-def drift(samples: Iterable[float]) -> float:
-    """How far a run's median moves over its own length: |median(second half) − median(first half)| / median, in
-    the order the samples were timed (0 for fewer than four samples)."""
-    values = np.asarray(list(samples), dtype=np.float64)
-    half = values.size // 2
-    if half < 2:
-        return 0.0
-    return float(abs(np.median(values[half:]) - np.median(values[:half])) / np.median(values))
-
-
-def latency_change(baseline: RunResult, candidate: RunResult, settings: Settings) -> Latency | None:
-    base = baseline.timing.samples_ms.get(settings.phase)
-    cand = candidate.timing.samples_ms.get(settings.phase)
-    if not base or not cand:
-        return None
-    base_p50, cand_p50 = float(np.median(base)), float(np.median(cand))
-    if len(base) < 2 or len(cand) < 2:
-        change = (cand_p50 - base_p50) / base_p50
-        return Latency(
-            baseline_p50_ms=base_p50,
-            candidate_p50_ms=cand_p50,
-            relative_change=change,
-            ci_low=None,
-            ci_high=None,
-            verdict="too few samples",
-        )
-    point, low, high = bootstrap_relative_median_change(
-        base, cand, settings.confidence, settings.resamples, settings.seed
-    )
-    noise = math.hypot(drift(base), drift(cand))
-    low, high = low - noise, high + noise
-    if low > 0 and point > settings.threshold:
-        verdict: Verdict = "regression"
-    elif high < 0 and point < -settings.threshold:
-        verdict = "improvement"
-    else:
-        verdict = "unchanged"
-    return Latency(
-        baseline_p50_ms=base_p50,
-        candidate_p50_ms=cand_p50,
-        relative_change=point,
-        ci_low=low,
-        ci_high=high,
-        noise=noise,
-        verdict=verdict,
-    )
 
 
 def energy_change(baseline: RunResult, candidate: RunResult, settings: Settings) -> Energy:
@@ -186,12 +105,16 @@ def run_label(result: RunResult) -> str:
     return " ".join(parts)
 
 
-def _latest_by_identity(folder: Path) -> tuple[dict[str, tuple[Path, RunResult]], list[str]]:
+Runs = list[tuple[Path, RunResult]]
+
+
+def _runs_by_identity(folder: Path) -> tuple[dict[str, Runs], list[str]]:
+    """Every run of each configuration in ``folder``, oldest first, and the files skipped."""
     loaded, skipped = load_results([folder])
-    latest: dict[str, tuple[Path, RunResult]] = {}
-    for path, result in sorted(loaded, key=lambda item: item[1].finished_utc):
-        latest[result.config_hash] = (path, result)
-    return latest, skipped
+    grouped: dict[str, Runs] = {}
+    for path, result in sorted(loaded, key=lambda item: item[1].started_utc):
+        grouped.setdefault(result.config_hash, []).append((path, result))
+    return grouped, skipped
 
 
 def check_settings(settings: Settings) -> None:
@@ -210,30 +133,47 @@ def check_settings(settings: Settings) -> None:
         raise unknown_name("phase", settings.phase, Phase.RECORDED)
 
 
+def compare_runs(baseline: Runs, candidate: Runs, settings: Settings) -> Match:
+    """One configuration's runs in each folder, compared (latency over all of them; energy and correctness of the
+    latest of each)."""
+    (base_path, base), (cand_path, cand) = baseline[-1], candidate[-1]
+    latency = latency_change(
+        [result for _, result in baseline],
+        [result for _, result in candidate],
+        threshold=settings.threshold,
+        confidence=settings.confidence,
+        resamples=settings.resamples,
+        seed=settings.seed,
+        phase=settings.phase,
+    )
+    return Match(
+        config_hash=cand.config_hash,
+        label=run_label(cand),
+        baseline=str(base_path),
+        candidate=str(cand_path),
+        baseline_runs=[str(path) for path, _ in baseline],
+        candidate_runs=[str(path) for path, _ in candidate],
+        latency=latency,
+        energy=energy_change(base, cand, settings),
+        correctness_regressed=base.valid and not cand.valid,
+        candidate_invalid_reason=cand.invalid_reason,
+    )
+
+
 def compare_folders(baseline: Path, candidate: Path, settings: Settings) -> Report:
-    """Every run of the candidate folder against the baseline run of the same config identity (the latest one)."""
+    """Every configuration of the candidate folder against the same configuration's runs in the baseline folder."""
     check_settings(settings)
-    base_runs, base_skipped = _latest_by_identity(baseline)
-    cand_runs, cand_skipped = _latest_by_identity(candidate)
-    matches = []
-    for key in sorted(base_runs.keys() & cand_runs.keys(), key=lambda k: run_label(cand_runs[k][1])):
-        (base_path, base), (cand_path, cand) = base_runs[key], cand_runs[key]
-        matches.append(
-            Match(
-                config_hash=key,
-                label=run_label(cand),
-                baseline=str(base_path),
-                candidate=str(cand_path),
-                latency=latency_change(base, cand, settings),
-                energy=energy_change(base, cand, settings),
-                correctness_regressed=base.valid and not cand.valid,
-                candidate_invalid_reason=cand.invalid_reason,
-            )
-        )
+    base_runs, base_skipped = _runs_by_identity(baseline)
+    cand_runs, cand_skipped = _runs_by_identity(candidate)
+    shared = sorted(base_runs.keys() & cand_runs.keys(), key=lambda key: run_label(cand_runs[key][-1][1]))
+
+    def unmatched(runs: dict[str, Runs], other: dict[str, Runs]) -> list[str]:
+        return sorted(f"{run_label(r)} ({p})" for key, group in runs.items() if key not in other for p, r in group)
+
     return Report(
         settings=settings,
-        matches=matches,
-        only_baseline=sorted(f"{run_label(r)} ({p})" for k, (p, r) in base_runs.items() if k not in cand_runs),
-        only_candidate=sorted(f"{run_label(r)} ({p})" for k, (p, r) in cand_runs.items() if k not in base_runs),
+        matches=[compare_runs(base_runs[key], cand_runs[key], settings) for key in shared],
+        only_baseline=unmatched(base_runs, cand_runs),
+        only_candidate=unmatched(cand_runs, base_runs),
         skipped=[*base_skipped, *cand_skipped],
     )

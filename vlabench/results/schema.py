@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -24,16 +23,20 @@ from vlabench.optimizations.fidelity import ActionError
 from vlabench.results.control import ControlVerdict, legacy_control
 from vlabench.results.header import LEGACY_RUN_SCHEMA, RUN_KIND, ArtifactHeader, Stored
 from vlabench.results.provenance import Provenance
-from vlabench.results.relations import Problems, relation_problems
-from vlabench.results.serving import ServingResult
+from vlabench.results.relation_terms import (
+    MAX_LATENCY_MS,  # noqa: F401  (the schema's bound, read by its tests)
+    MIN_LATENCY_MS,
+    Problems,
+    is_latency,
+    latency_message,
+)
+from vlabench.results.relations import relation_problems
+from vlabench.results.served_relations import served_stats
+from vlabench.results.serving import RobotServing, ServingResult
+from vlabench.results.stats_relations import latency_problems
 from vlabench.results.store import read_json, validate_artifact
 from vlabench.results.sustained import ColdStart, Sustained
 from vlabench.telemetry.system_state import SystemState
-
-MIN_LATENCY_MS = 1e-3
-"""1 µs: no policy inference is faster; an end-to-end figure below it is a unit or clock error, never a win."""
-MAX_LATENCY_MS = 86_400_000.0
-"""One day: a longer inference is no measurement."""
 
 SCHEMA_VERSION = "1.6"
 """1.1: the artifact header (``kind: "run"`` added). 1.0 files, which have no kind, still load. 1.2: the control
@@ -275,11 +278,11 @@ class RunResult(ArtifactHeader):
             found += latency_problems(field, stats, MIN_LATENCY_MS if phase.startswith("e2e") else 0.0)
         for name, samples in timing.samples_ms.items():
             floor = MIN_LATENCY_MS if name.startswith("e2e") else 0.0
-            bad = next((i for i, value in enumerate(samples) if not _latency(value, floor)), None)
+            bad = next((i for i, value in enumerate(samples) if not is_latency(value, floor)), None)
             if bad is not None:
-                found.append((f"timing.samples_ms.{name}.{bad}", _latency_message(samples[bad], floor)))
-        if not _latency(timing.first_inference_ms, 0.0):
-            found.append(("timing.first_inference_ms", _latency_message(timing.first_inference_ms, 0.0)))
+                found.append((f"timing.samples_ms.{name}.{bad}", latency_message(samples[bad], floor)))
+        if not is_latency(timing.first_inference_ms, 0.0):
+            found.append(("timing.first_inference_ms", latency_message(timing.first_inference_ms, 0.0)))
         if timing.iterations < 1:
             found.append(("timing.iterations", f"{timing.iterations}: a result has at least one timed inference"))
         energy, cost = self.energy, self.cost
@@ -299,6 +302,15 @@ class RunResult(ArtifactHeader):
             ("cost.assumptions", cost and cost.assumptions, ("electricity_usd_per_kwh",), False),
             ("cost.assumptions", cost and cost.assumptions, ("lifetime_years", "duty_cycle"), True),
         ]
+        served = self.serving
+        if served is not None:  # robots' latencies are read by the control relation: checked before any relation
+            for name, stats, zero in served_stats(served):
+                found += latency_problems(f"serving.{name}", stats, 0.0, zero)
+            checks.append(("serving", served, tuple(ServingResult.model_fields), False))
+            checks += [
+                (f"serving.per_robot.{i}", row, tuple(RobotServing.model_fields), False)
+                for i, row in enumerate(served.per_robot)
+            ]
         for name, block, fields, strict in checks:
             if block is not None:
                 found += figure_problems(name, block, fields, strict, lows)
@@ -309,42 +321,6 @@ class RunResult(ArtifactHeader):
     def stem(self) -> str:
         parts = (self.model.name, self.device.profile, self.backend, self.precision, self.run_id[:8])
         return "_".join((self.stamp(self.started_utc), *parts))
-
-
-def _latency(value: float, floor: float) -> bool:
-    return math.isfinite(value) and floor <= value <= MAX_LATENCY_MS and value > 0
-
-
-def _latency_message(value: float, floor: float) -> str:
-    if not math.isfinite(value) or value <= 0:
-        return f"{value:g} ms: a latency is a finite, positive number"
-    if value > MAX_LATENCY_MS:
-        return f"{value:g} ms: longer than a day, no measurement"
-    return f"{value:g} ms: below {floor * 1000:g} µs, no inference is that fast"
-
-
-def latency_problems(field: str, stats: Stats, floor: float) -> Problems:
-    """A phase's statistics: positive finite latencies (at least ``floor`` ms) in order, min ≤ p50 ≤ p90 ≤ p99 ≤ max,
-    the mean between min and max, a count of at least one."""
-    found = [
-        (f"{field}.{name}", _latency_message(value, floor))
-        for name in ("min", "p50", "p90", "p99", "max", "mean")
-        if not _latency(value := getattr(stats, name), floor)
-    ]
-    if found:
-        return found
-    ordered = [stats.min, stats.p50, stats.p90, stats.p99, stats.max]
-    slack = 1e-9 * stats.max  # interpolated percentiles may exceed their neighbours by rounding
-    if any(low > high + slack for low, high in pairwise(ordered)):
-        shown = ", ".join(f"{value:g}" for value in ordered)
-        found.append((field, f"percentiles out of order: min, p50, p90, p99, max = {shown} ms"))
-    if not stats.min - slack <= stats.mean <= stats.max + slack:
-        found.append((f"{field}.mean", f"{stats.mean:g} ms lies outside min..max"))
-    if stats.count < 1:
-        found.append((f"{field}.count", f"{stats.count}: statistics of no sample"))
-    if not (math.isfinite(stats.stdev) and stats.stdev >= 0 and math.isfinite(stats.cov) and stats.cov >= 0):
-        found.append((f"{field}.stdev", f"stdev {stats.stdev:g}, CoV {stats.cov:g}: must be finite and ≥ 0"))
-    return found
 
 
 def figure_problems(
@@ -379,7 +355,8 @@ def result_from_document(path: Path, data: Any) -> RunResult:
     impossible = result.physical_problems()
     if impossible:
         field, message = impossible[0]
-        more = f" (and {len(impossible) - 1} more: vlabench validate lists them)" if len(impossible) > 1 else ""
+        rules = dict.fromkeys(other.split(":", 1)[0] for _, other in impossible[1:])
+        more = f" (and {len(impossible) - 1} more: {'; '.join(rules)}; vlabench validate lists them)" if rules else ""
         raise InputError(f"{path}: impossible measurement: {field} {message}{more}")
     return result
 

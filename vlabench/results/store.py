@@ -22,6 +22,9 @@ from vlabench.results.header import RUN_KIND, ArtifactHeader, artifact_kind, is_
 HEAD_BYTES = 4096
 _FIRST_KEY = re.compile(rb'\A\s*\{\s*"(kind|traceEvents)"\s*:\s*(?:"([A-Za-z0-9_.-]*)")?')
 
+SITE_MARKER = "vlabench-site.json"
+"""The file ``vlabench site build`` leaves in a built site: the copies of results inside it are outputs, not inputs."""
+
 A = TypeVar("A", bound=ArtifactHeader)
 
 
@@ -140,15 +143,19 @@ def read_json(path: Path, follow_links: bool = True) -> Any:
 
 def json_files(root: Path) -> list[Path]:
     """``root`` itself when it is not a folder, else every ``*.json`` below it except hidden files and folders (the
-    ``.partial-*`` temporaries of atomic writes, the ``.sweep/`` journal of a sweep). Links to folders are not
-    descended; links, FIFOs and devices named ``*.json`` are listed, so that readers report why they skip them."""
+    ``.partial-*`` temporaries of atomic writes, the ``.sweep/`` journal of a sweep) and built sites below it (a
+    folder holding ``SITE_MARKER``: a site built inside a results folder holds copies of its results). Links to
+    folders are not descended; links, FIFOs and devices named ``*.json`` are listed, so that readers report why they
+    skip them."""
     if not os.path.lexists(root):
         raise InputError(f"{root}: no such file or folder")
     if not root.is_dir():
         return [root]
     found = []
     for folder, folders, files in os.walk(root, followlinks=False):
-        folders[:] = [name for name in folders if not name.startswith(".")]
+        folders[:] = [
+            name for name in folders if not name.startswith(".") and not (Path(folder, name) / SITE_MARKER).is_file()
+        ]
         found.extend(Path(folder, name) for name in files if name.endswith(".json") and not name.startswith("."))
     return sorted(found)
 

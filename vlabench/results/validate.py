@@ -8,9 +8,11 @@ from pydantic import BaseModel, ValidationError
 
 from vlabench.backends import BACKENDS
 from vlabench.measure.correctness import needs_reference
+from vlabench.results.artifacts import artifact_types
 from vlabench.results.header import RUN_KIND
 from vlabench.results.schema import RunResult
 from vlabench.results.store import UnreadableFile, json_files, read_json, survey
+from vlabench.telemetry.energy.select import LABEL_OF_METHOD
 
 
 class Requirements(BaseModel):
@@ -26,22 +28,44 @@ class Problem(BaseModel):
     message: str
 
 
-def result_files(root: Path) -> list[Path]:
+def survey_folder(root: Path) -> tuple[list[Path], list[Problem]]:
     """``root`` when it is a file; else the JSON files below it that are run results (by ``kind``, whatever their
-    names), claim a run schema version, or cannot be read. Other artifacts, Chrome traces and foreign JSON are not
-    result files."""
+    names), claim a run schema version, or cannot be read, and a problem for each file that is no vlabench artifact
+    (foreign JSON, an unknown kind): a folder to publish holds vlabench's results, its other artifacts and their
+    Chrome traces, nothing that would pass unchecked."""
     if not root.is_dir():
-        return [root]
-    surveyed = (survey(path, RUN_KIND) for path in json_files(root))
-    return [found.path for found in surveyed if found.error is not None or found.claims_run]
+        return [root], []
+    known = artifact_types()
+    surveyed = [survey(path, RUN_KIND) for path in json_files(root)]
+    files = [found.path for found in surveyed if found.error is not None or found.claims_run]
+    strangers = [
+        Problem(
+            file=str(found.path),
+            field="<file>" if found.kind is None else "kind",
+            message=(
+                "not a vlabench artifact: no kind, no run schema, no Chrome trace"
+                if found.kind is None
+                else f"not a vlabench artifact: unknown kind {found.kind!r} (known: {', '.join(known)})"
+            ),
+        )
+        for found in surveyed
+        if found.foreign or (found.kind is not None and found.kind not in known)
+    ]
+    return files, strangers
+
+
+def result_files(root: Path) -> list[Path]:
+    """The run result files of ``root`` (``survey_folder``)."""
+    return survey_folder(root)[0]
 
 
 def validate_folder(root: Path, requirements: Requirements) -> tuple[list[Path], list[Problem]]:
-    """The result files found and every problem in them (a link inside a folder is a problem, never followed)."""
-    files = result_files(root)
+    """The result files found and every problem in them and beside them (a link inside a folder is a problem, never
+    followed; so is a JSON file that is no vlabench artifact)."""
+    files, strangers = survey_folder(root)
     named = not root.is_dir()
     problems = [problem for path in files for problem in validate_file(path, requirements, follow_links=named)]
-    return files, problems
+    return files, problems + strangers
 
 
 def validate_file(path: Path, requirements: Requirements, follow_links: bool = True) -> list[Problem]:
@@ -105,6 +129,7 @@ def publication_problems(result: RunResult, requirements: Requirements) -> list[
     else:
         if not energy.method or not energy.scope:
             found.append(("energy.method", "the sensor method and scope must be declared"))
-        if requirements.require_measured_energy and energy.label != "measured":
-            found.append(("energy.label", f"{energy.label} ({energy.method}), not measured by a sensor"))
+        measured = energy.label == "measured" and LABEL_OF_METHOD.get(energy.method) == "measured"
+        if requirements.require_measured_energy and not measured:
+            found.append(("energy.label", f"{energy.label} ({energy.method}), not measured by a known sensor"))
     return found

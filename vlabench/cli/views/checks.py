@@ -25,38 +25,52 @@ def compare_table(report: Report) -> Table:
     settings = report.settings
     table = PlainTable(
         title=(
-            f"{len(report.matches)} matched runs, {len(report.regressions)} regressed ({settings.phase} latency: "
-            f"{settings.confidence:.0%} bootstrap CI of the median change widened by the runs' own drift, threshold "
-            f"{settings.threshold:.0%}; energy "
-            f"threshold {settings.energy_threshold:.0%})"
+            f"{len(report.matches)} matched configurations, {len(report.regressions)} regressed ({settings.phase} "
+            f"latency: the typical runs' median and the least disturbed runs' must both move beyond "
+            f"{settings.threshold:.0%}, the latter's {settings.confidence:.0%} bootstrap interval widened by their "
+            f"drift clear of zero; energy threshold {settings.energy_threshold:.0%})"
         ),
         title_justify="left",
     )
-    for column in ("run", "base p50 ms", "cand p50 ms", "Δ median", "CI", "drift", "latency", "J/action Δ", "energy"):
+    columns = ("run", "runs", "base p50 ms", "cand p50 ms", "Δ typical", "Δ least disturbed (CI)", "detects ≥")
+    for column in (*columns, "latency", "J/action Δ", "energy"):
         table.add_column(column, justify="left" if column in ("run", "latency", "energy") else "right")
     for match in report.matches:
         latency, energy = match.latency, match.energy
-        verdict = latency.verdict if latency else "no data"
-        ci = (
-            f"[{_percent(latency.ci_low)}, {_percent(latency.ci_high)}]"
-            if latency and latency.ci_low is not None
-            else "—"
-        )
         energy_cell = Text.assemble(_styled(energy.verdict), safe(f" ({energy.note})" if energy.note else ""))
         invalid = safe(f" INVALID ({match.candidate_invalid_reason or 'correctness gate'})", style="bold red")
         label = Text.assemble(safe(match.label), invalid if match.correctness_regressed else "")
-        table.add_row(
-            label,
-            f"{latency.baseline_p50_ms:.2f}" if latency else "—",
-            f"{latency.candidate_p50_ms:.2f}" if latency else "—",
-            _percent(latency.relative_change if latency else None),
-            ci,
-            f"±{latency.noise:.1%}" if latency else "—",
-            _styled(verdict),
-            _percent(energy.relative_change),
-            energy_cell,
-        )
+        if latency is None:
+            cells = ["—"] * 6 + [_styled("no data")]
+        else:
+            runs = (
+                f"{latency.baseline.runs}/{latency.candidate.runs}" if latency.baseline and latency.candidate else "—"
+            )
+            least = _percent(latency.least_disturbed_change)
+            if latency.ci_low is not None:
+                least += f" [{_percent(latency.ci_low)}, {_percent(latency.ci_high)}]"
+            verdict = Text.assemble(_styled(latency.verdict), "*" if latency.caveats else "")
+            cells = [
+                runs,
+                f"{latency.baseline_p50_ms:.2f}",
+                f"{latency.candidate_p50_ms:.2f}",
+                _percent(latency.relative_change),
+                least,
+                "—" if latency.minimum_detectable is None else f"{latency.minimum_detectable:.1%}",
+                verdict,
+            ]
+        table.add_row(label, *cells, _percent(energy.relative_change), energy_cell)
     return table
+
+
+def compare_caveats(report: Report) -> list[str]:
+    """Each match's caveats, under the table (``*`` marks the verdicts they qualify)."""
+    return [
+        f"* {match.label}: {caveat}"
+        for match in report.matches
+        if match.latency is not None
+        for caveat in match.latency.caveats
+    ]
 
 
 def problems_table(problems: list[Problem]) -> Table:

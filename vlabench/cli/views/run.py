@@ -10,9 +10,9 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from vlabench.analysis.cet import feasibility
 from vlabench.cli.views.serving import serving_lines
 from vlabench.cli.views.tables import FittedTable
+from vlabench.cli.views.verdicts import control_line, feasibility_line
 from vlabench.commands.run import RunPlan
 from vlabench.config import RunConfig
 from vlabench.measure.run_settings import runner_settings
@@ -176,25 +176,6 @@ def sustained_lines(result: RunResult) -> list[Text]:
     return lines
 
 
-def control_line(result: RunResult) -> Group:
-    """The control-rate gate: inference rate, reaction delay, execution model and delivered action rate, then MEETS
-    or MISSES the target with the reason, judged on p99."""
-    c = result.control
-    delivered = f"; delivers {c.delivered_action_hz_p50:.3g} actions/s (p50)" if c.execution != "per-step" else ""
-    verdict = ("MEETS", "bold green") if c.meets_target else ("MISSES", "bold red")
-    lines = [
-        Text.assemble(
-            f"control    {c.inference_hz_p50:.3g} inferences/s (p50), {c.inference_hz_p99:.3g} (p99); reaction delay "
-            f"{c.reaction_ms:.4g} ms (p99); execution {c.label()}{delivered} → ",
-            verdict,
-            f" the {c.control_hz:g} Hz target" + (f": {c.reason}" if c.reason else ""),
-        )
-    ]
-    if c.regated_from:
-        lines.append(Text(f"           re-gated on reading ({c.regated_from})", style="dim"))
-    return Group(*lines)
-
-
 def optimization_lines(result: RunResult) -> list[Text]:
     info = result.optimization
     if info is None:
@@ -336,32 +317,6 @@ def cet_lines(result: RunResult) -> list[Text]:
     )
     lines.append(feasibility_line(result))
     return lines
-
-
-def feasibility_line(result: RunResult) -> Text:
-    """The whole gate: usable memory, the control gate under the run's execution model (a served run's on what its
-    robots saw), correctness."""
-    e2e = result.robot_latency
-    _, reasons = feasibility(
-        {
-            "device_memory_gb": result.device.usable_gb(),
-            "device_memory_nameplate_gb": result.device.memory_gb,
-            "memory_needed_gb": result.memory.estimated_total_bytes / 1e9,
-            "latency_p50_ms": e2e.p50,
-            "latency_p99_ms": e2e.judged_p99()[0],
-            "valid": result.valid,
-            "invalid_reason": result.invalid_reason,
-        },
-        result.control.control_hz,
-        result.control.execution_model(),
-    )
-    frozen = result.serving is not None and result.serving.freezes
-    return Text.assemble(
-        "feasible   ",
-        ("yes", "bold green") if not reasons else ("no", "bold red"),
-        f" ({'; '.join(reasons) or 'fits in usable memory and meets the target at p99'})",
-        ("; FROZEN: the server stalled while robots waited (see warnings)", "bold red") if frozen else "",
-    )
 
 
 class RunProgress:

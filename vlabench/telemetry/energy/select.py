@@ -13,7 +13,7 @@ from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.energy.estimated import EstimatedMeter
 from vlabench.telemetry.energy.external import ExternalCsvMeter
 from vlabench.telemetry.energy.jetson import JetsonInaMeter, TegrastatsMeter
-from vlabench.telemetry.energy.nvml import nvml_meter
+from vlabench.telemetry.energy.nvml import NvmlEnergyCounterMeter, NvmlPowerPollingMeter, nvml_meter
 from vlabench.telemetry.energy.rapl import RaplMeter
 
 METERS: dict[str, Callable[[], EnergyMeter]] = {
@@ -23,6 +23,17 @@ METERS: dict[str, Callable[[], EnergyMeter]] = {
     "rapl": RaplMeter,
 }
 CHOICES = ("auto", *METERS, "estimated", "none")
+METER_CLASSES: tuple[type[EnergyMeter], ...] = (
+    NvmlEnergyCounterMeter,
+    NvmlPowerPollingMeter,
+    JetsonInaMeter,
+    TegrastatsMeter,
+    RaplMeter,
+    ExternalCsvMeter,
+    EstimatedMeter,
+)
+LABEL_OF_METHOD: dict[str, str] = {meter.method: meter.label for meter in METER_CLASSES}
+"""The label each meter's method gives its energy (measured by a sensor, or estimated): a result is read against it."""
 ASSUMED_WATTS_PER_CORE = 6.0
 ASSUMED_IDLE_SHARE = 0.3
 
