@@ -19,6 +19,7 @@ from vlabench.atomic import staging_folder
 from vlabench.errors import InputError, VlabenchError
 from vlabench.results.aggregate import load_results
 from vlabench.results.store import json_files, survey
+from vlabench.results.task_success_rows import cells, load_task_success, mark_speed_success_front
 
 from . import charts
 from .estimates import projected_rows, reported_rows
@@ -140,13 +141,15 @@ def build_site(
     board = latest_per_configuration(runs)
     entries = reported_entries()
     energies = reported_energies(entries) if projected else {}
-    unranked = run_rows(board, control_hz) + reported_rows(entries, energies)
+    successes = cells(load_task_success(run_inputs)[0])
+    unranked = run_rows(board, control_hz, successes) + reported_rows(entries, energies)
     if projected:
         unranked += projected_rows(projections())
     for row in unranked:  # published and projected figures are for a policy on the robot's own device
         row.setdefault("deployment", "on-robot")
         row.setdefault("robots", 1)
     rows = rank_rows(unranked, priority, control_hz, execution)
+    mark_speed_success_front(rows)
     settings = {
         "priority": priority,
         "control_hz": control_hz,

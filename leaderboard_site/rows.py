@@ -14,6 +14,7 @@ import pandas as pd
 from vlabench.analysis.cet import CostAssumptions
 from vlabench.results.aggregate import results_frame
 from vlabench.results.schema import RunResult
+from vlabench.results.task_success_rows import success_fields
 
 PROVENANCE = ("measured", "estimated", "projected", "reported")
 FRAME_KEYS = (
@@ -131,8 +132,10 @@ def software_stack(result: RunResult) -> str:
     return f"{runtime} {version}" if version else runtime
 
 
-def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
-    """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them)."""
+def run_rows(runs: list[Run], control_hz: float, successes: dict | None = None) -> list[dict[str, Any]]:
+    """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them), with the task success
+    a fidelity artifact measured for the same configuration (``results.task_success_rows``; ``successes``: its
+    ``cells``)."""
     if not runs:
         return []
     by_file = {str(run.path): run for run in runs}
@@ -168,6 +171,7 @@ def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
             error_band_label=None,
             p99_note=None,
         )
+        row.update(success_fields(result, successes or {}))
         rows.append(row)
     return rows
 
