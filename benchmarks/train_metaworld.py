@@ -15,6 +15,7 @@ prints that record (the committed ``benchmarks/results/metaworld-training.json``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from capture import cpu_info, load_average, tree_state
 
+from vlabench.atomic import atomic_write_text
 from vlabench.models.lerobot_folder import save_policy_folder
 from vlabench.models.specs import load_model_spec
 from vlabench.optimizations.closed_loop.metaworld import DEFAULT_TASKS
@@ -80,6 +82,13 @@ def main() -> int:
     spec = load_model_spec(config.model)
     files = {"config.json": lerobot_config(spec, result.record), "training.json": record}
     folder = save_policy_folder(result.model, args.out, LAYOUT, result.normalization, result.tokenizer, files)
+    weights = folder / "model.safetensors"
+    record["checkpoint"] = {
+        "folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
+        "bytes": weights.stat().st_size,
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+    }
+    atomic_write_text(folder / "training.json", json.dumps(record, indent=2) + "\n")
     print(f"checkpoint: {folder} ({record['wall_s']} s, final loss {record['final_loss']:.4f})", file=sys.stderr)
     if args.json:
         print(json.dumps(record, indent=2))

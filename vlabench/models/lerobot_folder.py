@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vlabench.atomic import staging_folder
+from vlabench.atomic import file_mode, staging_folder
 from vlabench.errors import InputError
 from vlabench.models.checkpoints import WEIGHTS_FILE, Renames, open_safetensors
 from vlabench.models.input_pipeline import Normalization
@@ -151,6 +151,8 @@ def save_policy_folder(
         tokenizer.save(str(staging / TOKENIZER_FILE))
         for name, document in files.items():
             (staging / name).write_text(json.dumps(document, indent=2) + "\n")
+        for written in staging.iterdir():
+            written.chmod(file_mode())  # safetensors writes 0600; the folder is shipped like any other file
         if folder.exists():
             retired = staging_folder(folder.parent, ".partial-")
             os.replace(folder, retired / folder.name)

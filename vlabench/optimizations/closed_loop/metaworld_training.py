@@ -41,7 +41,7 @@ class TrainingConfig:
     action_noise: float = 0.3  # the largest per-episode standard deviation of the executed noise
     frame_every: int = 2  # a sample every n-th step
     max_steps: int = 200
-    train_steps: int = 8000
+    train_steps: int = 6000
     batch_size: int = 64
     learning_rate: float = 1e-3
     warmup_steps: int = 200
