@@ -31,7 +31,7 @@ REACHER_CHUNK, REACHER_ACTIONS_PER_CHUNK = 8, 4
 class TaskSuccessOptions:
     """The closed loop of a trained model: which variants (``all`` or a comma list), tasks and episode length."""
 
-    variants: str = "all"
+    variants: str = "default"
     tasks: tuple[str, ...] | None = None
     max_steps: int = 200
     threads: int = 1
@@ -88,7 +88,8 @@ def run_fidelity(
         )
         success, refused_variants = run_task_success(request, progress)
         skipped += refused_variants
-        task = f"{success.benchmark}: {len(success.tasks)} tasks × {episodes} episodes, {model}'s trained weights"
+        played = success.variants[0].episodes
+        task = f"{success.benchmark}: {played} episodes over {len(success.tasks)} tasks, {model}'s trained weights"
     elif episodes:
         if actions_per_chunk is not None and actions_per_chunk > REACHER_CHUNK:
             raise InputError(f"--actions-per-chunk must be within 1..{REACHER_CHUNK} (the Reacher policy's chunk)")

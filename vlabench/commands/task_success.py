@@ -53,6 +53,7 @@ from vlabench.vocab import Precision
 
 REFERENCE = "reference"
 CPU_BACKENDS = ("torch", "torch-compile", "onnxruntime", "openvino")
+REDUCED = ("bf16", "int8", "int4")
 CALIBRATION = {"observations": 32, "budget": 0.05}  # vlabench calibrate dp-cache's defaults
 STALE_STEPS = 5  # V-AEFusion: the paper's middle setting (success collapsed from 7 of 10 on)
 
@@ -71,10 +72,10 @@ class Setting:
 
 
 def all_settings() -> list[Setting]:
-    """Every setting ``--variants all`` runs, reference first."""
+    """Every setting by name, reference first: each CPU backend at each precision, then the optimizations."""
     found = [Setting(REFERENCE)]
     for backend in CPU_BACKENDS:
-        for precision in ("fp32", "bf16", "int8", "int4"):
+        for precision in ("fp32", *REDUCED):
             if backend != "torch" or precision != "fp32":
                 found.append(Setting(f"{backend}-{precision}", backend, precision))
     return [
@@ -88,16 +89,19 @@ def all_settings() -> list[Setting]:
 
 
 def parse_variants(text: str) -> list[Setting]:
-    """``all`` or a comma list of setting names; the reference is always run (and first)."""
+    """``default`` (the reduced precisions on every CPU backend and every optimization), ``all`` (also each backend at
+    fp32) or a comma list of setting names; the reference always runs, first."""
     catalog = {setting.name: setting for setting in all_settings()}
     names = [name.strip() for name in text.split(",") if name.strip()]
     if names == ["all"]:
         return list(catalog.values())
+    if names == ["default"]:
+        return [s for s in catalog.values() if s.name == REFERENCE or s.backend == "torch" or s.precision in REDUCED]
     if not names:
-        raise InputError(f"no variant given: all, or a comma list of {', '.join(catalog)}")
+        raise InputError(f"no variant given: default, all, or a comma list of {', '.join(catalog)}")
     for name in names:
         if name not in catalog:
-            raise unknown_name("closed-loop variant", name, [*catalog, "all"])
+            raise unknown_name("closed-loop variant", name, [*catalog, "default", "all"])
     return [catalog[REFERENCE], *(catalog[name] for name in dict.fromkeys(names) if name != REFERENCE)]
 
 
@@ -261,13 +265,17 @@ def run_task_success(
             read_normalization(folder, workload.state_dim, workload.action_dim),
             read_tokenizer(folder, workload.language_tokens),
         )
-        records = run_episodes([p.variant for p in prepared], pipeline, plan, progress)
+        ceiling, floor = expert_episodes(plan), random_episodes(plan)  # first: an interrupt after them keeps work
+        records, interrupted = run_episodes([p.variant for p in prepared], pipeline, plan, progress)
     finally:
         torch.set_num_threads(previous_threads)
+    played = {task: len(outcomes) for task, outcomes in records[0].success.items() if outcomes}
+    if not played:
+        raise KeyboardInterrupt  # interrupted before every variant finished one episode: nothing to keep
     rows = [_rows(record, p.fields) for record, p in zip(records, prepared, strict=True)]
     reference = rows[0]
     baseline = {"backend": None, "precision": None, "optimization": "none", "steps": None}
-    expert, floor = _rows(expert_episodes(plan), baseline), _rows(random_episodes(plan), baseline)
+    expert, floor = _rows(ceiling.first(played), baseline), _rows(floor.first(played), baseline)
     weights = checkpoint_file(folder)
     report = TaskSuccessReport(
         benchmark=benchmark_name(),
@@ -275,7 +283,8 @@ def run_task_success(
         device=reference_plan.device.profile.name,
         checkpoint=reference_plan.spec.checkpoint or str(weights),
         checkpoint_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
-        tasks=plan.task_set.instructions,
+        tasks={task: plan.task_set.instructions[task] for task in played},
+        interrupted=interrupted,
         camera=plan.task_set.camera,
         image_size=plan.task_set.image_size,
         max_steps=plan.max_steps,

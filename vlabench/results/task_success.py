@@ -168,6 +168,9 @@ class TaskSuccessReport(BaseModel):
     actions_per_chunk: int = Field(gt=0, description="actions executed per inference, one frame per inference")
     seed: int
     threads: int = Field(gt=0, description="intra-op threads of every backend")
+    interrupted: bool = Field(
+        default=False, description="stopped early (Ctrl-C): only the episodes every variant completed are kept"
+    )
     reference: str = Field(description="the variant every other is compared with (fp32 eager torch)")
     expert: VariantSuccess = Field(description="Meta-World's scripted expert: the ceiling")
     random: VariantSuccess = Field(description="uniform random actions: the floor")

@@ -52,12 +52,31 @@ class PolicyVariant:
 
 @dataclass
 class VariantEpisodes:
-    """What one variant did: per task, each episode's success and steps; the policy's time of every cycle."""
+    """What one variant did: per task, each episode's success, steps and cycles; the policy's time of every cycle
+    (in task, then episode order)."""
 
     name: str
     success: dict[str, list[bool]] = field(default_factory=dict)
     steps: dict[str, list[int]] = field(default_factory=dict)
+    cycles: dict[str, list[int]] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
+
+    def add(self, task: str, success: bool, steps: int, cycles: int = 0) -> None:
+        self.success.setdefault(task, []).append(success)
+        self.steps.setdefault(task, []).append(steps)
+        self.cycles.setdefault(task, []).append(cycles)
+
+    def first(self, episodes: dict[str, int]) -> VariantEpisodes:
+        """Only the first ``episodes[task]`` episodes of each task named (and their cycles' times)."""
+        kept, start = VariantEpisodes(self.name), 0
+        for task, counts in self.cycles.items():
+            keep = episodes.get(task, 0)
+            if keep:
+                kept.success[task], kept.steps[task] = self.success[task][:keep], self.steps[task][:keep]
+                kept.cycles[task] = counts[:keep]
+                kept.cycle_ms += self.cycle_ms[start : start + sum(counts[:keep])]
+            start += sum(counts)
+        return kept
 
 
 @dataclass(frozen=True)
@@ -96,7 +115,7 @@ def _episode(
     task: int,
     episode: int,
     record: VariantEpisodes,
-) -> tuple[bool, int]:
+) -> tuple[bool, int, int]:
     instruction = list(plan.task_set.instructions.values())[task]
     workload = pipeline.workload
     shape = (1, workload.chunk, workload.action_dim)
@@ -121,7 +140,7 @@ def _episode(
                     break
     finally:
         loop.close()
-    return success, env.steps
+    return success, env.steps, cycle
 
 
 def _warm_up(variant: PolicyVariant, env: MetaWorldTask, pipeline: InputPipeline, plan: EpisodePlan) -> None:
@@ -147,36 +166,38 @@ def _warm_up(variant: PolicyVariant, env: MetaWorldTask, pipeline: InputPipeline
         loop.close()
 
 
-def baseline_episodes(plan: EpisodePlan, name: str, controller: Callable[[str, int], Callable]) -> VariantEpisodes:
+def baseline_episodes(
+    plan: EpisodePlan, name: str, controller: Callable[[str, int], Callable], episodes: dict[str, int] | None = None
+) -> VariantEpisodes:
     """A policy-free controller on the same scenes, one action per step and no camera: ``controller(task,
-    episode)`` returns the episode's observation → action function."""
+    episode)`` returns the episode's observation → action function. ``episodes``: per task (default: the plan's)."""
     record = VariantEpisodes(name)
-    for task in plan.task_set.tasks:
+    counts = episodes if episodes is not None else dict.fromkeys(plan.task_set.tasks, plan.episodes)
+    for task, count in counts.items():
         env = MetaWorldTask(task, plan.task_set.camera, plan.task_set.image_size, plan.benchmark_seed, plan.max_steps)
         try:
-            for episode in range(plan.episodes):
+            for episode in range(count):
                 act = controller(task, episode)
                 state, success, done = env.reset(episode), False, False
                 while not done:
                     state, success, done = env.step(np.asarray(act(state), dtype=np.float32))
-                record.success.setdefault(task, []).append(success)
-                record.steps.setdefault(task, []).append(env.steps)
+                record.add(task, success, env.steps)
         finally:
             env.close()
     return record
 
 
-def expert_episodes(plan: EpisodePlan) -> VariantEpisodes:
+def expert_episodes(plan: EpisodePlan, episodes: dict[str, int] | None = None) -> VariantEpisodes:
     """Meta-World's scripted expert on the same scenes: the ceiling a cloned policy approaches."""
     experts: dict[str, Any] = {}
 
     def controller(task: str, episode: int) -> Callable:
         return experts.setdefault(task, scripted_expert(task)).get_action
 
-    return baseline_episodes(plan, EXPERT, controller)
+    return baseline_episodes(plan, EXPERT, controller, episodes)
 
 
-def random_episodes(plan: EpisodePlan) -> VariantEpisodes:
+def random_episodes(plan: EpisodePlan, episodes: dict[str, int] | None = None) -> VariantEpisodes:
     """Uniform random actions on the same scenes (seeded per task and episode): the floor no task should reach."""
     tasks = plan.task_set.tasks
 
@@ -184,7 +205,7 @@ def random_episodes(plan: EpisodePlan) -> VariantEpisodes:
         rng = np.random.default_rng([plan.seed, tasks.index(task), episode])
         return lambda state: rng.uniform(-1.0, 1.0, size=ACTION_DIM)
 
-    return baseline_episodes(plan, RANDOM, controller)
+    return baseline_episodes(plan, RANDOM, controller, episodes)
 
 
 def run_episodes(
@@ -192,26 +213,35 @@ def run_episodes(
     pipeline: InputPipeline,
     plan: EpisodePlan,
     progress: Callable[[str], None] | None = None,
-) -> list[VariantEpisodes]:
-    """Every variant on the plan's episodes, interleaved (see the module docstring); one record per variant."""
+) -> tuple[list[VariantEpisodes], bool]:
+    """Every variant on the plan's episodes, interleaved (see the module docstring): one record per variant, and
+    whether an interrupt (Ctrl-C) stopped it early; then every record keeps the episodes all variants completed."""
     records = [VariantEpisodes(variant.name) for variant in variants]
+    interrupted = False
     with torch.inference_mode():
-        for index, task in enumerate(plan.task_set.tasks):
-            env = MetaWorldTask(
-                task, plan.task_set.camera, plan.task_set.image_size, plan.benchmark_seed, plan.max_steps
-            )
-            try:
-                if index == 0:
-                    for variant in variants:
-                        _warm_up(variant, env, pipeline, plan)
-                for episode in range(plan.episodes):
-                    for variant, record in zip(variants, records, strict=True):
-                        success, steps = _episode(variant, env, pipeline, plan, index, episode, record)
-                        record.success.setdefault(task, []).append(success)
-                        record.steps.setdefault(task, []).append(steps)
-                    if progress:
-                        done = ", ".join(f"{r.name} {sum(r.success[task])}" for r in records)
-                        progress(f"{task} episode {episode + 1}/{plan.episodes}: successes {done}")
-            finally:
-                env.close()
-    return records
+        try:
+            for index in range(len(plan.task_set.tasks)):
+                _play_task(variants, records, pipeline, plan, index, progress)
+        except KeyboardInterrupt:
+            interrupted = True
+    if not interrupted:
+        return records, False
+    completed = {task: min(len(r.success.get(task, [])) for r in records) for task in plan.task_set.tasks}
+    return [record.first(completed) for record in records], True
+
+
+def _play_task(variants, records, pipeline, plan: EpisodePlan, index: int, progress) -> None:
+    task = plan.task_set.tasks[index]
+    env = MetaWorldTask(task, plan.task_set.camera, plan.task_set.image_size, plan.benchmark_seed, plan.max_steps)
+    try:
+        if index == 0:
+            for variant in variants:
+                _warm_up(variant, env, pipeline, plan)
+        for episode in range(plan.episodes):
+            for variant, record in zip(variants, records, strict=True):
+                record.add(task, *_episode(variant, env, pipeline, plan, index, episode, record))
+            if progress:
+                done = ", ".join(f"{r.name} {sum(r.success[task])}" for r in records)
+                progress(f"{task} episode {episode + 1}/{plan.episodes}: successes {done}")
+    finally:
+        env.close()
