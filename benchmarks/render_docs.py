@@ -1031,7 +1031,18 @@ def render_metaworld_fidelity(root: Path) -> str:
         [row["variant"], *(f"{t['success_rate'] * 100:.0f}% ({_band(t['interval'])})" for t in row["tasks"])]
         for row in [ts["expert"], ts["random"], *ts["variants"]]
     ]
-    lines = [intro, "", table(header, rows, "llllrrrrrl"), "", "Per task (success, Wilson 95% interval):", ""]
+    summary = "; ".join(
+        f"{label} {row['successes']}/{row['episodes']} ({row['success_rate'] * 100:.0f}%)"
+        for label, row in (
+            ("the reference succeeds in", reference),
+            ("the scripted expert (the ceiling) in", ts["expert"]),
+            ("random actions (the floor) in", ts["random"]),
+        )
+    )
+    if ts.get("interrupted"):
+        summary += "; the run was interrupted: only the episodes every variant completed are counted"
+    lines = [intro, "", summary[0].upper() + summary[1:] + ".", "", table(header, rows, "llllrrrrrl"), ""]
+    lines += ["Per task (success, Wilson 95% interval):", ""]
     lines += [table(["variant", *ts["tasks"]], per_task), ""]
     schemes = [f"`{row['variant']}`: {row['scheme']}" for row in ts["variants"] if row.get("scheme")]
     if schemes:

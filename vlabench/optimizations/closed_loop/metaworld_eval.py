@@ -52,30 +52,30 @@ class PolicyVariant:
 
 @dataclass
 class VariantEpisodes:
-    """What one variant did: per task, each episode's success, steps and cycles; the policy's time of every cycle
-    (in task, then episode order)."""
+    """What one variant did: per task, each episode's success, steps and the policy's time of each of its cycles."""
 
     name: str
     success: dict[str, list[bool]] = field(default_factory=dict)
     steps: dict[str, list[int]] = field(default_factory=dict)
-    cycles: dict[str, list[int]] = field(default_factory=dict)
-    cycle_ms: list[float] = field(default_factory=list)
+    cycle_times: dict[str, list[list[float]]] = field(default_factory=dict)
 
-    def add(self, task: str, success: bool, steps: int, cycles: int = 0) -> None:
+    def add(self, task: str, success: bool, steps: int, cycle_ms: list[float] | None = None) -> None:
         self.success.setdefault(task, []).append(success)
         self.steps.setdefault(task, []).append(steps)
-        self.cycles.setdefault(task, []).append(cycles)
+        self.cycle_times.setdefault(task, []).append(cycle_ms or [])
+
+    @property
+    def cycle_ms(self) -> list[float]:
+        """Every cycle's policy time, in milliseconds."""
+        return [ms for episodes in self.cycle_times.values() for times in episodes for ms in times]
 
     def first(self, episodes: dict[str, int]) -> VariantEpisodes:
-        """Only the first ``episodes[task]`` episodes of each task named (and their cycles' times)."""
-        kept, start = VariantEpisodes(self.name), 0
-        for task, counts in self.cycles.items():
-            keep = episodes.get(task, 0)
+        """Only the first ``episodes[task]`` episodes of each task named (tasks with none are dropped)."""
+        kept = VariantEpisodes(self.name)
+        for task, keep in episodes.items():
             if keep:
                 kept.success[task], kept.steps[task] = self.success[task][:keep], self.steps[task][:keep]
-                kept.cycles[task] = counts[:keep]
-                kept.cycle_ms += self.cycle_ms[start : start + sum(counts[:keep])]
-            start += sum(counts)
+                kept.cycle_times[task] = self.cycle_times[task][:keep]
         return kept
 
 
@@ -114,8 +114,7 @@ def _episode(
     plan: EpisodePlan,
     task: int,
     episode: int,
-    record: VariantEpisodes,
-) -> tuple[bool, int, int]:
+) -> tuple[bool, int, list[float]]:
     instruction = list(plan.task_set.instructions.values())[task]
     workload = pipeline.workload
     shape = (1, workload.chunk, workload.action_dim)
@@ -123,24 +122,23 @@ def _episode(
     loop = FusionLoop(
         policy.prefix_lane(), policy, variant.loop(), policy.synchronize, variant.stale_steps, CPU, variant.concurrent
     )
-    state, success, done, cycle = env.reset(episode), False, False, 0
+    state, success, done, times = env.reset(episode), False, False, []
     try:
         while not done:
             frame = env.frame()
-            noise = cycle_noise(plan.seed, task, episode, cycle, shape).to(variant.dtype)
+            noise = cycle_noise(plan.seed, task, episode, len(times), shape).to(variant.dtype)
             start = perf_counter_ns()
             obs = _observation(pipeline, frame, instruction, state, variant.dtype)
             chunk, _ = loop.cycle(obs, noise)
             actions = pipeline.postprocess(chunk)[0].clamp(-1.0, 1.0).numpy()
-            record.cycle_ms.append((perf_counter_ns() - start) / 1e6)
-            cycle += 1
+            times.append((perf_counter_ns() - start) / 1e6)
             for action in actions[: plan.actions_per_chunk]:
                 state, success, done = env.step(action)
                 if done:
                     break
     finally:
         loop.close()
-    return success, env.steps, cycle
+    return success, env.steps, times
 
 
 def _warm_up(variant: PolicyVariant, env: MetaWorldTask, pipeline: InputPipeline, plan: EpisodePlan) -> None:
@@ -214,34 +212,36 @@ def run_episodes(
     plan: EpisodePlan,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[VariantEpisodes], bool]:
-    """Every variant on the plan's episodes, interleaved (see the module docstring): one record per variant, and
-    whether an interrupt (Ctrl-C) stopped it early; then every record keeps the episodes all variants completed."""
+    """Every variant on the plan's episodes, interleaved (see the module docstring), round by round: episode e of
+    every task, then e + 1, so a run stopped early has as many episodes of each task. One record per variant, and
+    whether an interrupt (Ctrl-C) stopped it; then every record keeps the episodes all variants completed."""
     records = [VariantEpisodes(variant.name) for variant in variants]
+    tasks = plan.task_set.tasks
+    envs: list[MetaWorldTask] = []
     interrupted = False
-    with torch.inference_mode():
-        try:
-            for index in range(len(plan.task_set.tasks)):
-                _play_task(variants, records, pipeline, plan, index, progress)
-        except KeyboardInterrupt:
-            interrupted = True
+    try:
+        with torch.inference_mode():
+            for task in tasks:
+                envs.append(
+                    MetaWorldTask(
+                        task, plan.task_set.camera, plan.task_set.image_size, plan.benchmark_seed, plan.max_steps
+                    )
+                )
+            for variant in variants:
+                _warm_up(variant, envs[0], pipeline, plan)
+            for episode in range(plan.episodes):
+                for index, env in enumerate(envs):
+                    for variant, record in zip(variants, records, strict=True):
+                        record.add(env.task, *_episode(variant, env, pipeline, plan, index, episode))
+                if progress:
+                    done = ", ".join(f"{r.name} {sum(map(sum, r.success.values()))}" for r in records)
+                    progress(f"episode {episode + 1}/{plan.episodes} of {len(tasks)} tasks: successes {done}")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        for env in envs:
+            env.close()
     if not interrupted:
         return records, False
-    completed = {task: min(len(r.success.get(task, [])) for r in records) for task in plan.task_set.tasks}
+    completed = {task: min(len(r.success.get(task, [])) for r in records) for task in tasks}
     return [record.first(completed) for record in records], True
-
-
-def _play_task(variants, records, pipeline, plan: EpisodePlan, index: int, progress) -> None:
-    task = plan.task_set.tasks[index]
-    env = MetaWorldTask(task, plan.task_set.camera, plan.task_set.image_size, plan.benchmark_seed, plan.max_steps)
-    try:
-        if index == 0:
-            for variant in variants:
-                _warm_up(variant, env, pipeline, plan)
-        for episode in range(plan.episodes):
-            for variant, record in zip(variants, records, strict=True):
-                record.add(task, *_episode(variant, env, pipeline, plan, index, episode, record))
-            if progress:
-                done = ", ".join(f"{r.name} {sum(r.success[task])}" for r in records)
-                progress(f"{task} episode {episode + 1}/{plan.episodes}: successes {done}")
-    finally:
-        env.close()
