@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the training record as JSON on stdout")
     args = parser.parse_args()
     config = replace(defaults, seed=args.seed, episodes=args.episodes, train_steps=args.steps)
-    load_before, started = load_average(), time.perf_counter()
+    load_before, started, tree = load_average(), time.perf_counter(), tree_state()  # the code that trains
     result = train(config, DEFAULT_TASKS, args.threads, progress=lambda line: print(line, file=sys.stderr, flush=True))
     record = {
         **asdict(result.record),
@@ -77,7 +77,7 @@ def main() -> int:
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "cpu": cpu_info(),
-        **tree_state(),
+        **tree,
     }
     spec = load_model_spec(config.model)
     files = {"config.json": lerobot_config(spec, result.record), "training.json": record}
