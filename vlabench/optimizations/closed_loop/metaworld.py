@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -95,18 +96,25 @@ def scripted_expert(task: str) -> Any:
     return policy()
 
 
+@lru_cache(maxsize=64)
+def scenes(task: str, benchmark_seed: int) -> tuple[Any, ...]:
+    """The 50 scenes (``metaworld.Task``: object and goal positions) of the MT1 benchmark of ``task`` built with
+    ``benchmark_seed``; built once per process (MT1 resets a fresh environment 50 times to draw them)."""
+    return tuple(_metaworld().MT1(task, seed=benchmark_seed).train_tasks)
+
+
 class MetaWorldTask:
     """One task's environment, its scenes of one MT1 seed, and a camera. Close it (the EGL context raises when it
     is collected instead)."""
 
     def __init__(self, task: str, camera: str, image_size: int, benchmark_seed: int, max_steps: int) -> None:
-        metaworld = _metaworld()
+        _metaworld()
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
         if task not in ALL_V3_ENVIRONMENTS:
             raise unknown_name("Meta-World task", task, sorted(ALL_V3_ENVIRONMENTS))
         self.task, self.max_steps = task, max_steps
-        self.scenes = metaworld.MT1(task, seed=benchmark_seed).train_tasks
+        self.scenes = scenes(task, benchmark_seed)
         self.env = ALL_V3_ENVIRONMENTS[task]()
         model = self.env.model
         cameras = [model.camera(index).name for index in range(model.ncam)]
