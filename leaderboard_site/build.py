@@ -19,7 +19,7 @@ from vlabench.atomic import staging_folder
 from vlabench.errors import InputError, VlabenchError
 from vlabench.results.aggregate import load_results
 from vlabench.results.store import json_files, survey
-from vlabench.results.task_success_rows import cells, load_task_success, mark_speed_success_front
+from vlabench.results.task_success_rows import SUCCESS_FIELDS, cells, load_task_success, mark_speed_success_front
 
 from . import charts
 from .estimates import projected_rows, reported_rows
@@ -82,6 +82,8 @@ DOWNLOAD_COLUMNS = (
     "date",
     "vlabench_version",
     "run_id",
+    *SUCCESS_FIELDS,  # closed-loop task success of a trained model's configuration (results.task_success_rows)
+    "speed_success_front",
 )
 
 
