@@ -197,3 +197,15 @@ def test_fidelity_files_without_task_success_are_passed_over(tmp_path):
     (tmp_path / "a.fidelity.json").write_text(plain.model_dump_json())
     (tmp_path / "b.json").write_text(json.dumps({"kind": "run"}))
     assert load_task_success([Path(tmp_path)]) == ([], [])
+
+
+def test_a_leaderboard_row_of_the_run_carries_its_success(tmp_path):
+    from vlabench.leaderboard_site.rows import Run, run_rows
+
+    (tmp_path / "a.fidelity.json").write_text(fidelity(report()).model_dump_json())
+    found = cells(load_task_success([tmp_path])[0])
+    measured, seeded = _run(), _run(checkpoint=None)
+    runs = [Run(QUICKSTART, measured, "measured"), Run(QUICKSTART.with_name("x.json"), seeded, "seeded")]
+    rows = {row["id"]: row for row in run_rows(runs, 10.0, found)}
+    assert rows["measured"]["task_success"] == 0.0 and rows["measured"]["task_success_below_reference"] is True
+    assert rows["seeded"]["task_success"] is None
