@@ -82,8 +82,6 @@ DOWNLOAD_COLUMNS = (
     "date",
     "vlabench_version",
     "run_id",
-    *SUCCESS_FIELDS,  # closed-loop task success of a trained model's configuration (results.task_success_rows)
-    "speed_success_front",
 )
 
 
@@ -271,9 +269,12 @@ def spreadsheet_cell(value: Any) -> Any:
 def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, control_hz: float) -> None:
     """``leaderboard.csv`` and ``leaderboard.json``: the table as built (ranked at the build's target and priority);
     the CSV's text cannot start a spreadsheet formula (``spreadsheet_cell``), the JSON holds the names as they are."""
-    table = [{column: row.get(column) for column in DOWNLOAD_COLUMNS} for row in rows]
+    columns = list(DOWNLOAD_COLUMNS)
+    if any(row.get("task_success") is not None for row in rows):  # a trained model's closed-loop success
+        columns += [*SUCCESS_FIELDS, "speed_success_front"]
+    table = [{column: row.get(column) for column in columns} for row in rows]
     cells = [{column: spreadsheet_cell(value) for column, value in row.items()} for row in table]
-    frame = pd.DataFrame(cells, columns=list(DOWNLOAD_COLUMNS))
+    frame = pd.DataFrame(cells, columns=columns)
     frame.to_csv(site / "leaderboard.csv", index=False, lineterminator="\r\n")  # RFC 4180: a CR in a cell is quoted
     document = {"priority": priority, "control_hz": control_hz, "rows": table}
     (site / "leaderboard.json").write_text(json.dumps(document, allow_nan=False), encoding="utf-8")

@@ -109,11 +109,12 @@ def cells(reports: Iterable[FidelityReport]) -> dict[tuple, SuccessCell]:
 
 
 def success_fields(result: RunResult, found: dict[tuple, SuccessCell]) -> dict[str, Any]:
-    """The ``SUCCESS_FIELDS`` of a run's row (all None when no artifact measured its configuration)."""
+    """The ``SUCCESS_FIELDS`` of a run's row; none when no artifact measured its configuration (a reader takes an
+    absent field as None: rows of other models stay as small as they were)."""
     key = run_configuration(result)
     cell = found.get(key) if key is not None else None
     if cell is None:
-        return dict.fromkeys(SUCCESS_FIELDS)
+        return {}
     row = cell.row
     return {
         "task_success": row.success_rate,
@@ -127,11 +128,10 @@ def success_fields(result: RunResult, found: dict[tuple, SuccessCell]) -> dict[s
 
 
 def mark_speed_success_front(rows: list[dict[str, Any]], latency: str = "latency_p50_ms") -> None:
-    """``speed_success_front`` on every row: True when no row of the same model and device with a success is at
-    least as fast and at least as successful, and strictly better in one (None for rows without a success)."""
+    """``speed_success_front`` on every row with a success and a latency: True when no row of the same model and
+    device with a success is at least as fast and at least as successful, and strictly better in one."""
     for row in rows:
         if row.get("task_success") is None or row.get(latency) is None:
-            row["speed_success_front"] = None
             continue
         peers = [
             other
