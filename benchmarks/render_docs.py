@@ -1075,6 +1075,127 @@ def render_site_scale(root: Path) -> str:
     return captioned(intro, body, meta)
 
 
+def _band(interval: list[float], signed: bool = False) -> str:
+    low, high = interval
+    return f"{low * 100:+.0f}% … {high * 100:+.0f}%" if signed else f"{low * 100:.0f}% … {high * 100:.0f}%"
+
+
+def render_metaworld_training(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/metaworld-training.json")
+    config, curve = doc["config"], doc["loss_curve"]
+    checkpoint = doc["checkpoint"]
+    cpu = doc["cpu"]
+    marks = sorted({0, len(curve) // 4, len(curve) // 2, len(curve) - 1})
+    every = config["loss_every"]
+    facts = [
+        ["model", f"`{config['model']}` (seed {config['seed']})"],
+        ["tasks", ", ".join(f"`{task}` “{text}”" for task, text in doc["tasks"].items())],
+        ["camera", f"`{doc['camera']}`, {doc['image_size']} × {doc['image_size']} px"],
+        [
+            "demonstrations",
+            f"{config['episodes']} episodes per task ({doc['demonstrated_episodes']} in all, the noisy expert "
+            f"succeeding in {doc['expert_successes']}), action noise up to {config['action_noise']}, a sample every "
+            f"{config['frame_every']} steps: {doc['samples']:,} samples",
+        ],
+        ["data sha256", f"`{doc['data_sha256'][:16]}…`"],
+        [
+            "optimization",
+            f"{config['train_steps']:,} AdamW steps of {config['batch_size']}, peak learning rate "
+            f"{config['learning_rate']:g}, {config['warmup_steps']} warm-up steps, cosine decay",
+        ],
+        [
+            "loss (flow matching)",
+            ", ".join(f"{curve[i]:.4f} at step {min((i + 1) * every, config['train_steps']):,}" for i in marks),
+        ],
+        [
+            "wall time",
+            f"{doc['data_wall_s']:.0f} s demonstrations + {doc['train_wall_s']:.0f} s training = {doc['wall_s']:.0f} s "
+            f"on {doc['threads']} thread(s) of {cpu['model']} ({cpu['logical_cores']} logical cores, flags "
+            f"{', '.join(cpu['flags'])}); 1-minute load average {doc['load_average_before'][0]:.2f} before, "
+            f"{doc['load_average_after'][0]:.2f} after",
+        ],
+        [
+            "checkpoint",
+            f"`{checkpoint['folder']}/model.safetensors`, {checkpoint['bytes'] / 1e6:.1f} MB, sha256 "
+            f"`{checkpoint['sha256'][:16]}…`",
+        ],
+    ]
+    return captioned("How the committed reference policy was trained:", table(["", ""], facts, "ll"), meta)
+
+
+def render_metaworld_fidelity(root: Path) -> str:
+    doc, meta = load(root, f"{RESULTS}/metaworld-fidelity.json")
+    ts = doc["task_success"]
+    reference = next(row for row in ts["variants"] if row["variant"] == ts["reference"])
+    episodes = reference["tasks"][0]["episodes"]
+    intro = (
+        f"{ts['benchmark']}: {len(ts['tasks'])} tasks × {episodes} episodes per variant ({ts['episodes_from']}), "
+        f"{ts['actions_per_chunk']} of {ts['chunk']} actions executed per inference with one frame each, at most "
+        f"{ts['max_steps']} steps; every backend on {ts['threads']} thread(s) of device `{ts['device']}`. The "
+        f"reference is fp32 eager torch. Success with its Wilson 95% interval; Δ is the paired difference to the "
+        f"reference (Newcombe's hybrid score interval); speedup is the reference's median policy time per control "
+        f"cycle over the variant's, measured in the same interleaved run; a variant whose interval lies wholly below "
+        f"the reference's is marked."
+    )
+    rows = []
+    for row in [ts["expert"], ts["random"], *ts["variants"]]:
+        is_reference = row["variant"] == ts["reference"]
+        runtime = "—" if row["backend"] is None else f"{row['backend']} {row['precision']}"
+        rows.append(
+            [
+                row["variant"],
+                runtime,
+                row["optimization"] if row["optimization"] != "none" else "—",
+                "—" if row["steps"] is None else str(row["steps"]),
+                f"{row['successes']}/{row['episodes']} ({row['success_rate'] * 100:.0f}%)",
+                _band(row["interval"]),
+                "reference"
+                if is_reference
+                else f"{row['difference'] * 100:+.0f}% ({_band(row['difference_interval'], True)})",
+                ms(row["cycle_ms"]["p50"]) if row.get("cycle_ms") else "—",
+                ratio(row["speedup"]) if row.get("speedup") else "—",
+                "**below the reference**" if row["below_reference"] else "",
+            ]
+        )
+    header = [
+        "variant",
+        "runtime",
+        "optimization",
+        "steps",
+        "success",
+        "95% interval",
+        "Δ vs reference (95%)",
+        "cycle ms (p50)",
+        "speedup",
+        "mark",
+    ]
+    per_task = [
+        [row["variant"], *(f"{t['success_rate'] * 100:.0f}% ({_band(t['interval'])})" for t in row["tasks"])]
+        for row in [ts["expert"], ts["random"], *ts["variants"]]
+    ]
+    summary = "; ".join(
+        f"{label} {row['successes']}/{row['episodes']} ({row['success_rate'] * 100:.0f}%)"
+        for label, row in (
+            ("the reference succeeds in", reference),
+            ("the scripted expert (the ceiling) in", ts["expert"]),
+            ("random actions (the floor) in", ts["random"]),
+        )
+    )
+    if ts.get("interrupted"):
+        summary += "; the run was interrupted: only the episodes every variant completed are counted"
+    lines = [intro, "", summary[0].upper() + summary[1:] + ".", "", table(header, rows, "llllrrrrrl"), ""]
+    lines += ["Per task (success, Wilson 95% interval):", ""]
+    lines += [table(["variant", *ts["tasks"]], per_task), ""]
+    schemes = [f"`{row['variant']}`: {row['scheme']}" for row in ts["variants"] if row.get("scheme")]
+    if schemes:
+        lines += ["Quantization schemes: " + "; ".join(schemes) + ".", ""]
+    for skipped in doc["skipped"]:
+        if skipped["variant"].endswith("(task success)"):
+            lines += [f"Skipped {skipped['variant']}: {skipped['reason']}", ""]
+    lines.append(provenance(meta))
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Block] = {
     "quickstart": Block((f"{RESULTS}/quickstart/smolvla-cpu.json",), render_quickstart),
     "models": Block((f"{RESULTS}/models.json",), render_models),
@@ -1083,6 +1204,8 @@ BLOCKS: dict[str, Block] = {
     "profile": Block((f"{RESULTS}/profile/smolvla-cpu.profile.json",), render_profile),
     "optimizations": Block((f"{RESULTS}/optimizations.json",), render_optimizations),
     "fidelity": Block((f"{RESULTS}/fidelity.json",), render_fidelity),
+    "metaworld-training": Block((f"{RESULTS}/metaworld-training.json",), render_metaworld_training),
+    "metaworld-fidelity": Block((f"{RESULTS}/metaworld-fidelity.json",), render_metaworld_fidelity),
     "pi0-fig6": Block((f"{RESULTS}/roofline-pi0-rtx-4090-bf16.json",), render_pi0_fig6),
     "gate-example": Block((), render_gate_example),
     "serving": Block((f"{RESULTS}/serving-cpu.json",), render_serving),

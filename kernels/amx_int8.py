@@ -318,8 +318,8 @@ def fuse_shared_input_projections(model: nn.Module) -> int:
     many."""
     fused = 0
     for module in model.modules():
-        if not isinstance(module, SharedInputProjections):
-            continue
+        if not isinstance(module, SharedInputProjections) or not module.shares_input:
+            continue  # a cross-attention block's k and v read the prefix, even when it is as wide as q's input
         linears = [module.q_proj, module.k_proj, module.v_proj]
         on_kernel = all(isinstance(linear, Int8Linear) and linear.activation is None for linear in linears)
         if on_kernel and len({(linear.in_features, linear.isa) for linear in linears}) == 1:

@@ -13,6 +13,7 @@ import vlabench
 from vlabench.errors import InputError
 from vlabench.results.aggregate import load_results
 from vlabench.results.store import survey
+from vlabench.results.task_success_rows import cells, load_task_success
 
 from .estimates import projected_rows, reported_id, reported_rows
 from .reported import reported_entries
@@ -72,7 +73,7 @@ def load_board(
     runs = [Run(path, result, slug(f"{result.run_id} {path.name}"), path in named) for path, result in loaded]
     board = latest_per_configuration(runs) if latest_only else runs
     progress("reading results", 1, 1)
-    rows = run_rows(board, control_hz)
+    rows = run_rows(board, control_hz, cells(load_task_success(run_inputs)[0]))
     entries = reported_entries() if published else []
     energies = reported_energies(entries) if projected and entries else {}
     rows += reported_rows(entries, energies)

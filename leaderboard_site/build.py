@@ -20,6 +20,7 @@ from vlabench.analysis.question import WORKLOAD_COLUMNS
 from vlabench.atomic import WriteError, require_writable, staging_folder
 from vlabench.errors import InputError, VlabenchError
 from vlabench.results.store import SITE_MARKER, json_files, survey
+from vlabench.results.task_success_rows import SUCCESS_FIELDS, mark_speed_success_front
 
 from . import charts
 from .board import PROFILE_KIND, Progress, load_board, quiet
@@ -90,6 +91,7 @@ def build_site(
     board = load_board(paths, control_hz, projected=projected, progress=progress)
     progress("ranking", 0, 1)
     rows = rank_rows(board.rows, priority, control_hz, execution)
+    mark_speed_success_front(rows)
     progress("ranking", 1, 1)
     defaults = model_defaults()
     canonical = canonical_workloads(rows, defaults)
@@ -214,9 +216,12 @@ def write_downloads(site: Path, rows: list[dict[str, Any]], priority: str, contr
     execution model and priority with every provenance and deployment kept (what the page shows before the reader
     changes a setting); the CSV's text cannot start a spreadsheet formula (``spreadsheet_cell``), the JSON holds
     the names as they are."""
-    table = [{column: row.get(column) for column in DOWNLOAD_COLUMNS} for row in rows]
+    columns = list(DOWNLOAD_COLUMNS)
+    if any(row.get("task_success") is not None for row in rows):  # a trained model's closed-loop success
+        columns += [*SUCCESS_FIELDS, "speed_success_front"]
+    table = [{column: row.get(column) for column in columns} for row in rows]
     cells = [{column: spreadsheet_cell(value) for column, value in row.items()} for row in table]
-    frame = pd.DataFrame(cells, columns=list(DOWNLOAD_COLUMNS))
+    frame = pd.DataFrame(cells, columns=columns)
     frame.to_csv(site / "leaderboard.csv", index=False, lineterminator="\r\n")  # RFC 4180: a CR in a cell is quoted
     document = {"priority": priority, "control_hz": control_hz, "rows": table}
     (site / "leaderboard.json").write_text(json.dumps(document, allow_nan=False), encoding="utf-8")

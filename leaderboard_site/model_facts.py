@@ -19,6 +19,7 @@ IDENTITY_FIELDS = frozenset(
         "cameras",
         "language_tokens",
         "checkpoint",
+        "trained",
         "family",
     }
 )

@@ -17,6 +17,7 @@ from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
 from vlabench.results.aggregate import results_frame
 from vlabench.results.schema import RunResult
+from vlabench.results.task_success_rows import success_fields
 from vlabench.vocab import Phase
 
 PROVENANCE = ("measured", "estimated", "projected", "reported")
@@ -170,8 +171,10 @@ def serving_note(result: RunResult) -> str | None:
     )
 
 
-def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
-    """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them)."""
+def run_rows(runs: list[Run], control_hz: float, successes: dict | None = None) -> list[dict[str, Any]]:
+    """Unranked rows of measured runs (``aggregate.results_frame``; ``cet.rank`` regates them), with the task success
+    a fidelity artifact measured for the same configuration (``results.task_success_rows``; ``successes``: its
+    ``cells``)."""
     if not runs:
         return []
     by_file = {str(run.path): run for run in runs}
@@ -213,6 +216,7 @@ def run_rows(runs: list[Run], control_hz: float) -> list[dict[str, Any]]:
             error_band_label=None,
             p99_note=None,
         )
+        row.update(success_fields(result, successes or {}))
         rows.append(row)
     return rows
 

@@ -1,5 +1,7 @@
 import os
 
+os.environ.setdefault("MUJOCO_GL", "egl")  # Meta-World's camera renders headless; MuJoCo reads it on import
+
 import pytest
 import torch
 
@@ -107,6 +109,7 @@ UNIT_MODULES = frozenset(
         "test_parity_transformers",
         "test_percentile_intervals",
         "test_precisions_and_cuda",
+        "test_proportions",
         "test_reduced_precision_families",
         "test_reference_fallback",
         "test_rotary_table",
@@ -114,6 +117,7 @@ UNIT_MODULES = frozenset(
         "test_sm_tracing",
         "test_specs",
         "test_system_state",
+        "test_task_success",
     }
 )
 BROWSER_FIXTURES = frozenset({"browser", "index"})

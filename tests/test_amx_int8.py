@@ -220,7 +220,7 @@ def test_a_pointwise_mlp_hands_its_activation_to_the_kernel_once(isa):
 def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype, isa):
     """q, k and v of a self-attention block (widths off 16) and of SigLIP's attention become one call whose outputs
     equal the three calls' bit for bit, eager and compiled; a cross-attention block (k and v read the prefix) keeps
-    its three layers."""
+    its three layers, also when the prefix is as wide as its own input."""
     from vlabench.models.replicas.layers import SelfAttentionProjections
     from vlabench.models.replicas.vision import SiglipAttention
     from vlabench.models.specs import load_model_spec
@@ -230,15 +230,17 @@ def test_shared_input_projections_run_as_one_call_with_each_layers_numbers(dtype
         "self": SelfAttentionProjections(72, 5, 3, 8),
         "siglip": SiglipAttention(load_model_spec("smolvla-tiny").vision),
         "cross": SelfAttentionProjections(72, 5, 3, 8, kv_in=40),
+        "cross_as_wide": SelfAttentionProjections(72, 5, 3, 8, kv_in=72),
     }
     for block in blocks.values():
         for name in ("q_proj", "k_proj", "v_proj"):
             setattr(block, name, amx_int8.Int8Linear(getattr(block, name), isa))
     inputs = {name: torch.randn(2, 9, block.q_proj.in_features).to(dtype) for name, block in blocks.items()}
     with torch.inference_mode():
-        before = {name: block.project(inputs[name]) for name, block in blocks.items() if name != "cross"}
+        before = {name: block.project(inputs[name]) for name, block in blocks.items() if "cross" not in name}
         assert amx_int8.fuse_shared_input_projections(torch.nn.ModuleDict(blocks)) == 2
-        assert blocks["cross"].fused_qkv is None and isinstance(blocks["cross"].k_proj, amx_int8.Int8Linear)
+        for cross in ("cross", "cross_as_wide"):
+            assert blocks[cross].fused_qkv is None and isinstance(blocks[cross].k_proj, amx_int8.Int8Linear)
         for name, expected in before.items():
             block = blocks[name]
             assert isinstance(block.fused_qkv, amx_int8.Int8SharedInput) and block.q_proj is None

@@ -112,7 +112,7 @@ def test_fidelity_rows_at_each_precision_run_the_exact_rows_episodes(policy, mon
     result = CliRunner().invoke(app, [*args, "--closed-loop-precisions", "int4, int8", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["schema_version"] == "1.2" and report["closed_loop_precisions"] == ["int8", "int4"]
+    assert report["schema_version"] == "1.3" and report["closed_loop_precisions"] == ["int8", "int4"]
     rows = {row["variant"]: row for row in report["closed_loop"]}
     names = [row["variant"] for row in report["closed_loop"]]
     assert names[:4] == ["scripted expert", "exact", "exact int8", "exact int4"]

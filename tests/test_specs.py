@@ -197,12 +197,16 @@ STRUCTURE = [
 ]
 
 
+CHUNK = STRUCTURE[8]  # a workload knob (--chunk) a policy trained for a benchmark chose for it
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_variant_keeps_structure(name: str) -> None:
     tiny = load_model_spec(name)
     full = load_model_spec(tiny.variant_of)
+    kept = [field for field in STRUCTURE if tiny.trained is None or field is not CHUNK]
     assert tiny.reference is None
-    assert [field(tiny) for field in STRUCTURE] == [field(full) for field in STRUCTURE]
+    assert [field(tiny) for field in kept] == [field(full) for field in kept]
     assert count_parameters(tiny) < count_parameters(full) / 100
 
 

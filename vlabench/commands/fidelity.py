@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,8 @@ import torch
 
 from vlabench.atomic import atomic_write_text
 from vlabench.commands.calibrate import candidate_for, fuse_refusal, plan_target
+from vlabench.commands.task_success import TaskSuccessRequest, parse_variants, run_task_success
+from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
 from vlabench.optimizations.candidates import EXACT
 from vlabench.optimizations.fidelity import default_variants, open_loop
@@ -21,6 +24,17 @@ if TYPE_CHECKING:
     from vlabench.optimizations.closed_loop.evaluate import EpisodeStats
 
 EXACT_ROW = "exact"  # the fp32 exact sampler's closed-loop row; the other precisions' rows follow it
+REACHER_CHUNK, REACHER_ACTIONS_PER_CHUNK = 8, 4
+
+
+@dataclass(frozen=True)
+class TaskSuccessOptions:
+    """The closed loop of a trained model: which variants (``all`` or a comma list), tasks and episode length."""
+
+    variants: str = "default"
+    tasks: tuple[str, ...] | None = None
+    max_steps: int = 200
+    threads: int = 1
 
 
 def run_fidelity(
@@ -29,14 +43,20 @@ def run_fidelity(
     episodes: int,
     seed: int,
     out_dir: Path,
-    actions_per_chunk: int = 4,
+    actions_per_chunk: int | None = None,
     closed_loop_precisions: Sequence[str] | None = None,
+    task_success: TaskSuccessOptions | None = None,
+    progress: Callable[[str], None] | None = None,
     **target,
 ) -> tuple[FidelityReport, Path]:
-    """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights,
-    fp32 eager torch on the auto-resolved device). ``closed_loop_precisions``: the exact sampler again with the
-    trained policy at each (bf16, int8, fp8, int4: the torch backend's CPU quantizers; None: all four), on the same
-    episodes as the fp32 rows; one that cannot run here is skipped with its reason."""
+    """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights, or
+    the model's trained ones, fp32 eager torch on the auto-resolved device). The closed loop: a model vlabench trained
+    (``spec.trained``) plays its benchmark under every variant of ``task_success`` (``commands.task_success``);
+    any other model is judged through the Reacher toy, whose ``closed_loop_precisions`` rows run the exact sampler
+    with its policy at each (bf16, int8, fp8, int4: the torch backend's CPU quantizers; None: all four), on the same
+    episodes as the fp32 rows. A variant that cannot run here is skipped with its reason."""
+    if actions_per_chunk is not None and actions_per_chunk < 1:
+        raise InputError("--actions-per-chunk must be at least 1")
     plan = plan_target(model, "open-loop fidelity", seed=seed, **target)
     spec, workload = plan.spec, plan.workload
     started = datetime.now(timezone.utc)
@@ -51,8 +71,29 @@ def run_fidelity(
     results = open_loop(spec, workload, observations, variants, seed, plan.device.torch_device, candidate)
     rows = [OpenLoopRow(variant=variant, error=error) for variant, error in results]
     closed: list[ClosedLoopRow] = []
-    task, precisions = None, []
-    if episodes:
+    task, precisions, success = None, [], None
+    if episodes and spec.trained is not None:
+        options = task_success or TaskSuccessOptions()
+        request = TaskSuccessRequest(
+            model,
+            parse_variants(options.variants),
+            target.get("checkpoint"),
+            options.tasks,
+            episodes,
+            seed,
+            actions_per_chunk,
+            options.max_steps,
+            target.get("device", "auto"),
+            options.threads,
+        )
+        success, refused_variants = run_task_success(request, progress)
+        skipped += refused_variants
+        played = success.variants[0].episodes
+        task = f"{success.benchmark}: {played} episodes over {len(success.tasks)} tasks, {model}'s trained weights"
+    elif episodes:
+        if actions_per_chunk is not None and actions_per_chunk > REACHER_CHUNK:
+            raise InputError(f"--actions-per-chunk must be within 1..{REACHER_CHUNK} (the Reacher policy's chunk)")
+        actions_per_chunk = actions_per_chunk or REACHER_ACTIONS_PER_CHUNK
         from vlabench.optimizations.closed_loop.evaluate import EXPERT_VARIANT, closed_loop_variants, evaluate
         from vlabench.optimizations.closed_loop.precision import PRECISIONS, precision_success_rates
         from vlabench.optimizations.closed_loop.train import load_or_train
@@ -89,6 +130,7 @@ def run_fidelity(
         closed_loop_task=task,
         closed_loop_precisions=precisions,
         closed_loop=closed,
+        task_success=success,
     )
     return report, atomic_write_text(out_dir / report.file_name(), report.model_dump_json(indent=2))
 

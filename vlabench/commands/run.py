@@ -31,6 +31,7 @@ from vlabench.measure.policy import PreparedPolicy
 from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.timing import Contender, Pipelined, Progress, measure_energy, plain_inference
 from vlabench.models.input_pipeline import InputPipeline, raw_observation
+from vlabench.models.lerobot_folder import trained_checkpoint
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
 from vlabench.optimizations.fidelity import action_error
@@ -91,8 +92,9 @@ def check_quant_scheme(scheme: str | None, backend: type[Backend], precision: st
 def plan_run(config: RunConfig) -> RunPlan:
     """Resolve every name and check the run can happen here; raises before anything large is allocated."""
     spec = load_model_spec(config.model)
-    if config.checkpoint is not None:
-        spec = with_checkpoint(spec, config.checkpoint)
+    checkpoint = config.checkpoint or trained_checkpoint(spec)  # a model vlabench trained loads its weights
+    if checkpoint is not None:
+        spec = with_checkpoint(spec, checkpoint)
     workload = Workload.from_spec(
         spec, config.cameras, config.steps, config.chunk, config.actions_per_chunk, config.batch
     )

@@ -78,10 +78,30 @@ def trained_tokenizer(vocab: int, length: int) -> Any:  # a tokenizers.Tokenizer
     return tokenizer
 
 
-class InputPipeline:
-    """One model's pre- and postprocessing on one target, at the run's dtype."""
+@dataclass(frozen=True)
+class Normalization:
+    """A dataset's statistics: the state is normalized with them, the actions unnormalized (lerobot's MEAN_STD)."""
 
-    def __init__(self, spec: ModelSpec, workload: Workload, seed: int, dtype: torch.dtype, device: torch.device):
+    state_mean: Tensor
+    state_std: Tensor
+    action_mean: Tensor
+    action_std: Tensor
+
+
+class InputPipeline:
+    """One model's pre- and postprocessing on one target, at the run's dtype: seeded statistics and the BPE
+    tokenizer above, or a trained checkpoint's own (``normalization``, ``tokenizer``)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        workload: Workload,
+        seed: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        normalization: Normalization | None = None,
+        tokenizer: Any = None,  # a tokenizers.Tokenizer padding and truncating to the workload's length
+    ):
         self.workload, self.dtype, self.device = workload, dtype, device
         self.size = (workload.image_size, workload.image_width or workload.image_size)
         self.resize, self.range = PIXELS[spec.family]
@@ -93,10 +113,17 @@ class InputPipeline:
             std = torch.rand(width, generator=generator) + 0.5
             return mean.to(device), std.to(device)
 
-        self.state_mean, self.state_std = stats(states)
-        self.action_mean, self.action_std = stats(actions)
+        if normalization is None:
+            self.state_mean, self.state_std = stats(states)
+            self.action_mean, self.action_std = stats(actions)
+        else:
+            self.state_mean, self.state_std = normalization.state_mean.to(device), normalization.state_std.to(device)
+            self.action_mean = normalization.action_mean.to(device)
+            self.action_std = normalization.action_std.to(device)
         length = workload.language_tokens
-        self.tokenizer = trained_tokenizer(min(spec.token_vocab, 1024), length) if length else None
+        if tokenizer is None and length:
+            tokenizer = trained_tokenizer(min(spec.token_vocab, 1024), length)
+        self.tokenizer = tokenizer if length else None
 
     def preprocess(self, raw: RawObservation) -> Observation:
         """Tokenize on the host; frames and state to the target, then resize, rescale and normalize there."""

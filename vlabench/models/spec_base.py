@@ -56,6 +56,16 @@ class ParamReference(_Strict):
 ActionLoopKind = Literal["euler", "ddpm", "ddim", "single_pass", "greedy_decode"]
 
 
+class TrainedPolicy(_Strict):
+    """Weights vlabench trained for this spec, shipped with it, so task success can be measured: a lerobot-layout
+    folder inside the packaged profiles, loaded by default (through ``--checkpoint``'s loader) when no
+    ``--checkpoint`` is given."""
+
+    benchmark: Literal["metaworld"] = Field(description="the closed-loop benchmark it was trained and is judged on")
+    checkpoint: str = Field(description="folder under profiles/ (package data), e.g. checkpoints/<model>")
+    training: str = Field(description="the committed script that reproduces it")
+
+
 class SpecBase(_Strict):
     """What every model family shares: identity, provenance, the observation it reads and the chunk it returns."""
 
@@ -70,6 +80,7 @@ class SpecBase(_Strict):
     checkpoint: str | None = Field(
         default=None, description="set by --checkpoint: path:size:mtime of the lerobot weights the replica loads"
     )
+    trained: TrainedPolicy | None = Field(default=None, description="weights vlabench trained for task success")
 
     @model_validator(mode="after")
     def _check_reference(self) -> SpecBase:
@@ -79,7 +90,8 @@ class SpecBase(_Strict):
 
     @property
     def spec_hash(self) -> str:
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        unset = {"trained"} if self.trained is None else None  # specs without trained weights keep their hashes
+        canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     # Observation geometry and the action loop; each family defines these from its own fields.

@@ -149,6 +149,7 @@ class SharedInputProjections(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fused_qkv: nn.Module | None = None
+        self.shares_input = True  # False: k and v read another input than q (cross-attention), never fused
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k and v of ``x``, heads not yet split."""
@@ -172,6 +173,7 @@ class SelfAttentionProjections(SharedInputProjections):
     ) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.shares_input = kv_in is None
         self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
         self.k_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(kv_in or hidden, kv_heads * head_dim, bias=False)

@@ -1,4 +1,6 @@
-"""Closed-loop task success of action-expert accelerations on a small simulated task (MuJoCo Reacher-v5)."""
+"""Closed-loop task success: action-expert accelerations on a small simulated task (MuJoCo Reacher-v5) with a small
+flow policy of the VLA's two-phase structure; and a smolvla-family replica trained on Meta-World, judged under every
+backend, precision and optimization (``metaworld``, ``metaworld_demos``, ``metaworld_training``, ``metaworld_eval``)."""
 
 from vlabench.optimizations.closed_loop.evaluate import (
     EpisodeStats,
