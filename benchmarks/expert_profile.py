@@ -213,8 +213,9 @@ def fused_attention_nodes(policy, graph: str) -> set[str]:
     return found
 
 
-def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict[str, float], float]:
-    """Per class, milliseconds per step of the runtime's own node timings for ``graph``; and the profiled wall."""
+def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict[str, float], float, int]:
+    """Per class, milliseconds of the runtime's own node timings for ``graph`` over ``count`` steps; the profiled
+    wall; and how many node events were counted (those of these steps alone)."""
     recorded_before = len(policy.node_events())  # the prefix and the timed steps were recorded too
     with torch.inference_mode():
         begin = perf_counter_ns()
@@ -223,10 +224,10 @@ def profile_runtime(policy, x_t, t, cache, count: int, graph: str) -> tuple[dict
         wall_ms = (perf_counter_ns() - begin) / 1e6
     classes: dict[str, float] = defaultdict(float)
     attention = fused_attention_nodes(policy, graph)
-    for event in policy.node_events()[recorded_before:]:
-        if event.graph == graph:
-            classes[openvino_class(event.op_type, event.name, attention)] += (event.end_ns - event.start_ns) / 1e6
-    return classes, wall_ms
+    events = [event for event in policy.node_events()[recorded_before:] if event.graph == graph]
+    for event in events:
+        classes[openvino_class(event.op_type, event.name, attention)] += (event.end_ns - event.start_ns) / 1e6
+    return classes, wall_ms, len(events)
 
 
 def floors(
@@ -257,7 +258,7 @@ def profile_variant(
     timed_steps(policy, x_t, t, cache, 3)  # warm-up
     step_ms = statistics.median(timed_steps(policy, x_t, t, cache, args.timed_steps))
     if name == "openvino":
-        classes, wall = profile_runtime(policy, x_t, t, cache, args.profiled_steps, "denoise")
+        classes, wall, _ = profile_runtime(policy, x_t, t, cache, args.profiled_steps, "denoise")
     else:
         classes, wall = profile_torch(policy, x_t, t, cache, args.profiled_steps)
     per_step = {kind: ms / args.profiled_steps for kind, ms in classes.items()}

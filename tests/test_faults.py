@@ -231,7 +231,7 @@ def test_project_and_site_build_outputs_are_checked_before_the_work(tmp_path, mo
     monkeypatch.setattr("vlabench.commands.project.run_project", lambda *a: pytest.fail("projected before --out"))
     projected = runner.invoke(app, ["project", "-m", "smolvla", "-o", str(tmp_path / "file" / "p.json")])
     assert projected.exit_code == 2 and "cannot write a projection there" in projected.output
-    monkeypatch.setattr("vlabench.leaderboard_site.build.load_results", lambda *a: pytest.fail("read before -o"))
+    monkeypatch.setattr("vlabench.leaderboard_site.build.load_board", lambda *a, **k: pytest.fail("read before -o"))
     built = runner.invoke(app, ["site", "build", str(tmp_path), "-o", str(tmp_path / "file" / "site")])
     assert built.exit_code == 2 and "cannot write a site there" in built.output
 

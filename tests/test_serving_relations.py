@@ -198,11 +198,16 @@ def test_a_forged_served_figure_is_refused_with_its_rule_named(results, forgery)
 
 def test_a_served_result_of_schema_1_5_keeps_its_own_energy_accounting(results):
     """Before 1.6 the serving block's joules per action was the energy pass's over the mean batch, with no window
-    energy or batch log: such files still read, their window relations are not asked of them."""
+    energy or batch log: such files still read, held to that accounting, and their window relations are not asked
+    of them."""
     current = results["served-in-process"]
     old = current.model_copy(update={"schema_version": "1.5"})
-    old = changed(old, energy=None, batch_log=None, busy_s=None, busy_fraction=None, joules_per_action=0.1)
+    actions = current.serving.mean_batch * current.control.execution_model().actions_per_inference
+    per_action = current.energy.joules_per_inference / actions
+    old = changed(old, energy=None, batch_log=None, busy_s=None, busy_fraction=None, joules_per_action=per_action)
     assert relation_problems(old) == []
+    forged = changed(old, joules_per_action=per_action * 3)
+    assert [field for field, _ in relation_problems(forged)] == ["serving.joules_per_action"]
     assert any(field == "serving.joules_per_action" for field, _ in relation_problems(changed(current, energy=None)))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from vlabench.analysis.cet import HOURS_PER_YEAR, CostReport, cost_report, gate
 from vlabench.results.relation_terms import EXACT, Problems, RunResult, close
+from vlabench.results.serving_energy import served_cost
 
 MODEL_SCHEMA = (1, 5)
 """The first schema whose cost the present model recomputes (robots sharing a device, rows per inference)."""
@@ -90,7 +91,7 @@ def cost_relations(result: RunResult) -> Problems:
     execution = result.control.execution_model()
     if cost.execution is not None and cost.execution != execution:
         found.append(("cost.execution", f"cost model: costed {cost.execution.label()}, gated {execution.label()}"))
-    if found:
+    if found or _served_before_its_window(result):
         return found
     expected = model_cost(result)
     for field in DERIVED:
@@ -108,10 +109,30 @@ def cost_relations(result: RunResult) -> Problems:
     return []
 
 
+def _served_before_its_window(result: RunResult) -> bool:
+    """A served result without its window's batch log and energy (schema 1.5): its cost was drawn from the robots'
+    measured rates, which the cost model cannot recompute; only the identities hold it."""
+    return result.serving is not None and result.serving.load() is None
+
+
 def model_cost(result: RunResult) -> CostReport:
     """The cost model (``cet.cost_report``) run on the result's recorded inputs: its cost's price, assumptions,
-    execution and sharing, its energy, control rate and the latency its robots saw."""
+    execution and sharing, its energy, control rate and the latency its robots saw; a served run's from what its
+    window measured (``serving_energy.served_cost``), as ``assemble`` costs it."""
     cost, energy = result.cost, result.energy
+    served = result.serving
+    if served is not None and served.load() is not None:
+        window = served_cost(
+            served,
+            price_usd=cost.price_usd,
+            price_source=cost.price_source,
+            price_estimate=cost.price_estimate,
+            assumptions=cost.assumptions,
+            control_hz=result.control.control_hz,
+            execution=result.control.execution_model(),
+        )
+        if window is not None:
+            return window
     return cost_report(
         price_usd=cost.price_usd,
         price_source=cost.price_source,

@@ -212,6 +212,20 @@ class RunResult(ArtifactHeader):
 
     @model_validator(mode="before")
     @classmethod
+    def _actions_per_request_before_1_6(cls, data: Any) -> Any:
+        """Files older than 1.6 did not record the actions each served reply delivers: a per-step robot executes
+        one, a chunked one its control block's actions per chunk."""
+        if not isinstance(data, dict):
+            return data
+        served, control = data.get("serving"), data.get("control")
+        if not isinstance(served, dict) or "actions_per_request" in served or not isinstance(control, dict):
+            return data
+        chunked = served.get("execution") in ("sync", "async") and isinstance(control.get("actions_per_chunk"), int)
+        actions = control["actions_per_chunk"] if chunked else 1
+        return {**data, "serving": {**served, "actions_per_request": actions}}
+
+    @model_validator(mode="before")
+    @classmethod
     def _regate_older_files(cls, data: Any) -> Any:
         """Files older than 1.2: the control block re-gated (``legacy_control``), the config's execution set."""
         if not isinstance(data, dict) or not isinstance(data.get("control"), dict) or "execution" in data["control"]:

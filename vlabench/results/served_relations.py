@@ -199,7 +199,7 @@ def _rate_problems(result: RunResult) -> Problems:
                 f"{served.duration_s:g} s",
             )
         )
-    if result.config.robots is not None and result.config.robots != served.robots:
+    if isinstance(result.config.robots, int) and result.config.robots != served.robots:  # not a capacity search
         found.append(("serving.robots", f"robots of the run: {served.robots} served, {result.config.robots} asked for"))
     return found
 
@@ -272,9 +272,10 @@ def _stall_problems(served) -> Problems:
 
 
 def _energy_problems(result: RunResult) -> Problems:
-    """Energy per action per robot: the energy pass's joules per inference over the mean batch's actions."""
+    """Energy per action per robot: the energy pass's joules per inference over the mean batch's actions (a
+    window with its own energy and batch log is held to that instead, by ``serving_relations``)."""
     served, energy = result.serving, result.energy
-    if energy is None or served.joules_per_action is None or not served.mean_batch > 0:
+    if energy is None or served.joules_per_action is None or not served.mean_batch > 0 or served.load() is not None:
         return []
     actions = served.mean_batch * result.control.execution_model().actions_per_inference
     expected = energy.joules_per_inference / actions
