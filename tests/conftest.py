@@ -109,6 +109,7 @@ UNIT_MODULES = frozenset(
         "test_parity_transformers",
         "test_percentile_intervals",
         "test_precisions_and_cuda",
+        "test_projection_seed",
         "test_proportions",
         "test_reduced_precision_families",
         "test_reference_fallback",

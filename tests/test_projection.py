@@ -285,8 +285,9 @@ def test_a_model_between_usable_and_nameplate_memory_does_not_fit(tiny_entries):
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
-    """An empty cache root, and no traced facts or fit remembered in this process."""
+    """An empty cache root, no shipped seed, and no traced facts or fit remembered in this process."""
     monkeypatch.setenv("VLABENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(projection_cache, "seed_root", lambda: tmp_path / "no-seed")
     monkeypatch.setattr(projection_cache, "_FACTS", {})
     projection_score.fitted_parameters.cache_clear()
     projection_score.fitted_model.cache_clear()

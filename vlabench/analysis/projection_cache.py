@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
@@ -97,12 +98,22 @@ def cache_path(kind: str, identity: dict) -> Path:
     return cache_root() / "projection" / kind / f"{cache_key(kind, identity)}.json"
 
 
+def seed_root() -> Path:
+    """The entries shipped with vlabench (``profiles/projection-seed``, written by
+    ``benchmarks/seed_projection_cache.py``): what the bundled site and ``project --all`` need, so a first run
+    reads them instead of tracing and fitting for minutes. Keyed like the cache, so a seed older than the code or
+    the profiles is never read: its entries' keys no longer match."""
+    return Path(str(resources.files("vlabench.profiles"))) / "projection-seed"
+
+
 def cached(kind: str, identity: dict, schema: type[Cached], compute: Callable[[], Cached]) -> Cached:
-    """The stored ``schema`` for ``identity`` when present and valid, else ``compute()``, stored (best effort).
-    Processes that miss the same entry at once (parallel test workers, a sweep and a site build) compute it once:
-    the others wait on its lock file and read what it stored."""
+    """The stored ``schema`` for ``identity`` when present and valid (in the cache, else in the shipped seed), else
+    ``compute()``, stored (best effort). Processes that miss the same entry at once (parallel test workers, a sweep
+    and a site build) compute it once: the others wait on its lock file and read what it stored."""
     path = cache_path(kind, identity)
     stored = _stored(path, schema)
+    if stored is None:
+        stored = _stored(seed_root() / kind / path.name, schema)
     if stored is not None:
         return stored
     with _entry_lock(path):
