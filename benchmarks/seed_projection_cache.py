@@ -68,6 +68,21 @@ def compute_into(cache: Path) -> float:
     return time.perf_counter() - started
 
 
+def publish(computed: Path, current: dict) -> None:
+    """The computed entries and their manifest in place of the committed seed, whole: staged beside it, then renamed
+    (an interrupted run leaves the previous seed, or this one, never a mix)."""
+    from vlabench.atomic import atomic_write_json, staging_folder
+
+    staging = staging_folder(SEED.parent, "projection-seed-")
+    shutil.copytree(computed, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+    atomic_write_json(staging / "manifest.json", current)
+    previous = SEED.with_name(f"{staging.name}-previous")
+    if SEED.exists():
+        os.replace(SEED, previous)
+    os.replace(staging, SEED)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the committed seed is stale")
@@ -81,10 +96,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         cache = Path(folder)
         seconds = compute_into(cache)
-        if SEED.exists():
-            shutil.rmtree(SEED)
-        shutil.copytree(cache / "projection", SEED, ignore=shutil.ignore_patterns("*.lock"))
-    (SEED / "manifest.json").write_text(json.dumps(current, indent=2) + "\n")
+        publish(cache / "projection", current)
     files = [path for path in SEED.rglob("*.json") if path.name != "manifest.json"]
     size = sum(path.stat().st_size for path in files)
     print(f"projection seed: {len(files)} entries, {size / 1e6:.1f} MB, computed in {seconds:.0f} s")
