@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     import json, resource, sys
     mode, settings = sys.argv[1], json.loads(sys.argv[2])
     import vlabench.commands.run as run
-    from vlabench.commands.run_output import save_result
+    from vlabench.commands.run import save_result
     from vlabench.config import RunConfig
 
     chunk = settings.pop("chunk", None)

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from vlabench.backends import backend_class, get_backend
 from vlabench.cli.app import app
-from vlabench.commands.run import plan_run, prepare_checked
+from vlabench.commands.run import plan_run
+from vlabench.commands.run.prepare import prepare_checked
 from vlabench.config import RunConfig
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.cold_start import STAGES, StageClock, TimedStage, recording, stage, timed_preparation

@@ -18,9 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.commands.launchers import ConfiguredRun
-from vlabench.commands.run import execute, plan_run
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, Subprocess, execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.fleet.local_runner import (

@@ -25,7 +25,7 @@ from vlabench.cli.options import (
 from vlabench.cli.run_config import build_run_config
 from vlabench.cli.serving_options import ServeTlsCaFlag, ServeTlsCertFlag, ServeTlsKeyFlag, ServeTokenFileFlag
 from vlabench.cli.views.console import markup_safe, stderr, stdout
-from vlabench.commands.run_output import Saved
+from vlabench.commands.run import Saved
 from vlabench.config import RunConfig
 from vlabench.errors import InterruptError, VlabenchError
 from vlabench.results.schema import RunResult
@@ -109,7 +109,7 @@ def run_remote_robots(config: RunConfig, as_json: bool) -> tuple[Saved, Vlabench
     that cut the window short (its message says the partial result was kept)."""
     from vlabench.cli.views.console import notes, write_json
     from vlabench.cli.views.run import result_tables
-    from vlabench.commands.run_output import check_paths, save_result
+    from vlabench.commands.run import check_paths, save_result
     from vlabench.serving.client import run_remote
 
     check_paths(config)

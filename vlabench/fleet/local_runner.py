@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vlabench.atomic import WriteError, atomic_write_text, remove_stale, rescue_text
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import Subprocess
 from vlabench.errors import VlabenchError
 from vlabench.fleet.sweep_file import SweepRun
 from vlabench.results.launch_outcome import LaunchOutcome

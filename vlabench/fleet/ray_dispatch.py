@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlabench.commands.launchers import ConfiguredRun
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
 from vlabench.fleet.local_runner import Dispatch, SweepStore

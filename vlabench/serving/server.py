@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-from vlabench.commands.run import execute_many, plan_run, prepare_contender
-from vlabench.commands.run_serving import BatchedInference, batched_inference
+from vlabench.commands.run import BatchedInference, batched_inference, execute_many, plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.measure.batching import BatcherClosed, BatcherFull, DynamicBatcher, serve

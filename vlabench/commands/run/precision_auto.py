@@ -10,8 +10,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlabench.analysis.memory import estimate_footprint
-from vlabench.commands.run import ReferenceCache, RunPlan, prepare_contender
-from vlabench.commands.run_checks import plan_caveats
+from vlabench.commands.run.checks import plan_caveats
+from vlabench.commands.run.execution import ReferenceCache
+from vlabench.commands.run.plan import RunPlan
+from vlabench.commands.run.prepare import prepare_contender
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.measure.correctness import TOLERANCES, compare, needs_reference
