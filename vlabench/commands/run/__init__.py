@@ -5,7 +5,7 @@ execute) and execute (``execution.py``; ``timed_pass.py`` the timed pass, ``refe
 reference, ``precision_auto.py`` ``--precision auto``, ``serving.py`` ``--robots``), then save (``output.py``).
 Other packages import from here; the modules inside import one another by their own names."""
 
-from vlabench.commands.run.checks import check_optimizations
+from vlabench.commands.run.checks import check_optimizations, check_robots_fit
 from vlabench.commands.run.execution import execute, execute_many
 from vlabench.commands.run.isolation import execute_runs
 from vlabench.commands.run.launchers import ConfiguredRun, InProcess, Launcher, SpawnedChild
@@ -18,7 +18,6 @@ from vlabench.commands.run.serving import (
     RobotObservations,
     announce_window,
     batched_inference,
-    check_robots_fit,
     interrupted,
     robots_settings,
     search,

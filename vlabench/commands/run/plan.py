@@ -8,10 +8,15 @@ import torch
 
 from vlabench.analysis.memory import Footprint, check_fits, check_fits_together, estimate_footprint
 from vlabench.backends import BACKENDS, Backend, BackendOptions, backend_class
-from vlabench.commands.run.checks import check_optimizations, check_workload, plan_caveats, with_checkpoint
+from vlabench.commands.run.checks import (
+    check_optimizations,
+    check_robots_fit,
+    check_workload,
+    plan_caveats,
+    with_checkpoint,
+)
 from vlabench.commands.run.output import check_paths
 from vlabench.commands.run.reference import ReferenceChoice, choose_reference
-from vlabench.commands.run.serving import check_robots_fit
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.hardware.detection import detect_host
@@ -42,6 +47,26 @@ class RunPlan:
     engine: str = "cpu"  # what the device profile stands for; the prepared policy must execute there
     options: BackendOptions = field(default_factory=BackendOptions)  # as routed to that engine
     reference: ReferenceChoice | None = None  # the correctness gate's reference; None: this run is the reference
+
+    def at(self, precision: str | None = None, batch: int | None = None) -> RunPlan:
+        """This plan re-planned at another ``precision`` (one its backend declares; ``auto`` is planned at fp32, the
+        largest footprint) and/or ``batch``: its config, workload, footprint and caveats follow."""
+        update: dict[str, object] = {}
+        workload = self.workload
+        if precision is not None:
+            update["precision"] = precision
+        if batch is not None:
+            update["batch"] = batch
+            workload = workload.model_copy(update={"batch": batch})
+        precision = precision or self.precision
+        config = self.config.model_copy(update=update)
+        footprint = estimate_footprint(
+            self.spec, workload, precision, self.backend.name, iteration_cap(config), config.preprocess
+        )
+        caveats = plan_caveats(self.device, precision)
+        return replace(
+            self, config=config, workload=workload, precision=precision, footprint=footprint, caveats=caveats
+        )
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
