@@ -19,27 +19,23 @@ from vlabench.vocab import Precision
 INPUT_VARIANTS = 2
 
 
-def prepare_checked(plan: RunPlan, backend: Backend | None = None) -> PreparedPolicy:
-    """``backend`` (default: the plan's) prepared for the plan, its cold-start stages timed; the runtime must report
-    executing where the profile says, so a mislabelled result is never written."""
-    chosen = backend or plan.backend
-    policy, preparation = timed_preparation(
-        lambda: chosen.prepare(plan.spec, plan.workload, plan.device.torch_device, plan.precision, plan.config.seed)
-    )
-    policy.preparation = preparation
-    problem = mismatch(plan.engine, policy.executed_on())
-    if problem:
-        raise UnavailableError(f"{plan.backend.name} on {plan.device.profile.name}: {problem}; refusing the run")
-    return policy
-
-
 def prepare_contender(plan: RunPlan, policy: PreparedPolicy | None = None, backend: Backend | None = None) -> Contender:
-    """What every command times: the plan's policy (``policy``, or ``backend`` (default: the plan's) prepared and
-    checked by ``prepare_checked``), its action loop with the plan's DP-Cache schedule, its seeded inputs and, when
-    the input pipeline is timed, their raw forms."""
+    """What every command times: the plan's policy (``policy``, or else ``backend`` (default: the plan's) prepared
+    for the plan, its cold-start stages timed, and refused unless the runtime reports executing where the profile
+    says, so a mislabelled result is never written), its action loop with the plan's DP-Cache schedule, its seeded
+    inputs and, when the input pipeline is timed, their raw forms. The one place a command prepares a backend."""
     target = plan.device.torch_device
+    if policy is None:
+        chosen = backend or plan.backend
+        policy, preparation = timed_preparation(
+            lambda: chosen.prepare(plan.spec, plan.workload, target, plan.precision, plan.config.seed)
+        )
+        policy.preparation = preparation
+        problem = mismatch(plan.engine, policy.executed_on())
+        if problem:
+            raise UnavailableError(f"{plan.backend.name} on {plan.device.profile.name}: {problem}; refusing the run")
     return Contender(
-        policy or prepare_checked(plan, backend),
+        policy,
         make_action_loop(plan.spec, plan.workload, target, plan.schedule),
         seeded_inputs(plan, plan.precision),
         pipelined_inputs(plan) if plan.config.preprocess else (),
