@@ -82,7 +82,11 @@ def serve_policy(
         )
         stdout.file.flush()
 
-    server = start_server(run_config, host, port, security, listening)
+    def inform(text: str) -> None:
+        stdout.print(markup_safe(text), highlight=False, soft_wrap=True)
+        stdout.file.flush()
+
+    server = start_server(run_config, host, port, security, listening, inform)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     baseline = server.baseline
 
