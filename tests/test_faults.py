@@ -319,7 +319,8 @@ KILLED_SWEEP = textwrap.dedent(
     from vlabench.fleet.sweep_file import expand, parse_sweep
     runs = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
-    execute_sweep(runs, Path(sys.argv[1]), run_locally(None, hang))
+    out = Path(sys.argv[1])
+    execute_sweep(runs, out, run_locally(out, None, hang))
     """
 )
 

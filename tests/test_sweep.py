@@ -298,7 +298,7 @@ def test_local_dispatch_skips_completed_runs_without_starting_a_child(tiny_resul
             runs[0], LaunchOutcome(status="ok", result_texts=[tiny_result.model_dump_json()], wall_s=2, hostname="h")
         )
     started = []
-    records = execute_sweep(runs, tmp_path, run_locally(1, command=["false"]), started.append)
+    records = execute_sweep(runs, tmp_path, run_locally(tmp_path, 1, command=["false"]), started.append)
     assert started == [] and [r.status for r in records] == ["skipped"]
 
 
