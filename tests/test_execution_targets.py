@@ -117,7 +117,7 @@ ACCELERATOR_PROFILES = [p.name for p in all_profiles() if profile_engine(p) != "
 def test_no_accelerator_profile_is_ever_routed_to_the_cpu(profile, backend, monkeypatch):
     """Every (accelerator profile, backend) pair is refused before any work or routed to that accelerator."""
     expected = profile_engine(load_device_profile(profile))
-    monkeypatch.setattr("vlabench.commands.run.plan.resolve_device", lambda *_, **__: resolved(profile))
+    monkeypatch.setattr("vlabench.commands.run.plan.resolve_target", lambda *_, **__: resolved(profile))
     try:
         _, options, device, engine = route_backend(config(profile, backend))
     except UnavailableError as refusal:

@@ -20,8 +20,8 @@ from vlabench.commands.run.reference import ReferenceChoice, choose_reference
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.hardware.detection import detect_host
-from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
-from vlabench.hardware.targets import ENGINE_LABELS, profile_engine
+from vlabench.hardware.devices import ResolvedDevice
+from vlabench.hardware.targets import ENGINE_LABELS, profile_engine, resolve_target
 from vlabench.measure.correctness import needs_reference
 from vlabench.measure.dp_cache import DPCacheSchedule, parse_schedule
 from vlabench.measure.run_settings import iteration_cap
@@ -151,7 +151,7 @@ def route_backend(config: RunConfig) -> tuple[Backend, BackendOptions, ResolvedD
     """The backend set up to execute on the engine the device profile stands for, its options, the device with the
     torch device that gets there, and that engine; refused before any work when the backend cannot reach it."""
     chosen, options = backend_class(config.backend), backend_options(config)
-    device = resolve_device(config.device, reachable=lambda profile: reaches(chosen, options, profile, config))
+    device = resolve_target(config.device, reachable_engines(chosen, options), config.device_target)
     engine = profile_engine(device.profile, config.device_target)
     others = [f"--backend {n} ({cls.engines[engine]})" for n, cls in BACKENDS.items() if engine in cls.engines]
     ways = f"{device.profile.name} runs through {'; '.join(others) or 'no backend vlabench has'}"
@@ -169,16 +169,16 @@ def route_backend(config: RunConfig) -> tuple[Backend, BackendOptions, ResolvedD
     return chosen.from_options(options), options, replace(device, torch_device=torch_device), engine
 
 
-def reaches(backend: type[Backend], options: BackendOptions, profile: DeviceProfile, config: RunConfig) -> bool:
-    """Whether ``backend`` can execute on the engine ``profile`` stands for, here (used by ``--device auto``)."""
-    engine = profile_engine(profile, config.device_target)
-    if engine not in backend.engines:
-        return False
-    try:
-        backend.route(engine, options)
-    except UnavailableError:
-        return False
-    return True
+def reachable_engines(backend: type[Backend], options: BackendOptions) -> frozenset[str]:
+    """The engines ``backend`` can execute on here under ``options`` (what ``--device auto`` chooses among)."""
+    reached = set()
+    for engine in backend.engines:
+        try:
+            backend.route(engine, options)
+        except UnavailableError:
+            continue
+        reached.add(engine)
+    return frozenset(reached)
 
 
 def default_precision(backend: Backend, device: torch.device) -> str:
