@@ -33,10 +33,8 @@ from rich.table import Table
 from vlabench.analysis.roofline import RooflineReport, analyze, ceilings_for
 from vlabench.atomic import atomic_write_json
 from vlabench.backends import BACKENDS
-from vlabench.commands.isolation import execute_runs
-from vlabench.commands.precision_auto import CPU_FLAGS, native_reason
-from vlabench.commands.run import RunPlan, check_fit_together, plan_run
-from vlabench.commands.run_output import check_paths
+from vlabench.commands.run import RunPlan, check_fit_together, check_paths, execute_runs, plan_run
+from vlabench.commands.run.precision_auto import CPU_FLAGS, native_reason
 from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError, VlabenchError
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model

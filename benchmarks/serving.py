@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 from vlabench.atomic import atomic_write_json
-from vlabench.commands.run import execute_many, plan_run, prepare_contender
-from vlabench.commands.run_serving import InProcessServing, search
+from vlabench.commands.run import InProcessServing, execute_many, plan_run, prepare_contender, search
 from vlabench.config import RunConfig
 from vlabench.results.schema import RunResult
 from vlabench.results.serving import ServingResult

@@ -229,7 +229,7 @@ def test_sync_execution_waits_for_every_chunk_and_per_step_only_for_late_ones():
 
 @pytest.mark.parametrize("largest, sizes", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
 def test_batches_run_on_power_of_two_buckets_up_to_the_largest(largest, sizes):
-    from vlabench.commands.run_serving import bucket_sizes
+    from vlabench.commands.run.serving import bucket_sizes
 
     assert bucket_sizes(largest) == sizes
 

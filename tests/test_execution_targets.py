@@ -15,7 +15,9 @@ import torch
 
 import vlabench.hardware.detection as detection
 from vlabench.backends import BACKENDS, BackendOptions
-from vlabench.commands.run import RunPlan, plan_run, prepare_checked, route_backend, seeded_inputs
+from vlabench.commands.run import RunPlan, plan_run, prepare_contender
+from vlabench.commands.run.plan import route_backend
+from vlabench.commands.run.prepare import seeded_inputs
 from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.hardware.devices import all_profiles, load_device_profile
@@ -115,7 +117,7 @@ ACCELERATOR_PROFILES = [p.name for p in all_profiles() if profile_engine(p) != "
 def test_no_accelerator_profile_is_ever_routed_to_the_cpu(profile, backend, monkeypatch):
     """Every (accelerator profile, backend) pair is refused before any work or routed to that accelerator."""
     expected = profile_engine(load_device_profile(profile))
-    monkeypatch.setattr("vlabench.commands.run.resolve_device", lambda *_, **__: resolved(profile))
+    monkeypatch.setattr("vlabench.commands.run.plan.resolve_target", lambda *_, **__: resolved(profile))
     try:
         _, options, device, engine = route_backend(config(profile, backend))
     except UnavailableError as refusal:
@@ -201,13 +203,13 @@ class FallingBackBackend:
 def test_a_runtime_that_executed_elsewhere_is_refused_after_preparation(simulated_host):
     plan: RunPlan = plan_run(config("arc-pro-b60", "openvino"))
     with pytest.raises(UnavailableError, match=r"executed on the host CPU .*not on an Intel GPU"):
-        prepare_checked(plan, FallingBackBackend())
+        prepare_contender(plan, backend=FallingBackBackend())
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime", "openvino"])
 def test_each_runtime_reads_back_where_it_runs(backend):
     plan = plan_run(config("cpu", backend))
-    executed = prepare_checked(plan).executed_on()
+    executed = prepare_contender(plan).policy.executed_on()
     assert executed.engine == "cpu"
     assert executed.source in {"torch parameter device", "onnxruntime session providers", "openvino EXECUTION_DEVICES"}
     assert executed.device in {"cpu", "CPUExecutionProvider", "CPU"}
@@ -231,7 +233,7 @@ def test_io_binding_returns_the_same_actions_as_host_round_trips():
     """The CUDA provider's I/O binding path (bound by pointer, outputs preallocated from the first call's shapes),
     exercised on the CPU provider: same outputs as the host-array path, and no host round trip once bound."""
     plan = plan_run(config("cpu", "onnxruntime"))
-    host = prepare_checked(plan)
+    host = prepare_contender(plan).policy
     sessions = {graph: CountingSession(session) for graph, session in host.sessions.items()}
     bound = type(host)(sessions, host.device, host._details, host.graphs, host.cache_type, bind_device=True)
     obs, noise = seeded_inputs(plan, "fp32")[0]

@@ -28,9 +28,7 @@ from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, re
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
-from vlabench.commands.launchers import ConfiguredRun
-from vlabench.commands.run_output import save_result
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, Subprocess, save_result
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
 from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore
@@ -175,7 +173,7 @@ def no_model(monkeypatch):
     def refuse(name: str):
         raise AssertionError(f"the model {name} was loaded before the paths were checked")
 
-    monkeypatch.setattr("vlabench.commands.run.load_model_spec", refuse)
+    monkeypatch.setattr("vlabench.commands.run.plan.load_model_spec", refuse)
 
 
 @pytest.mark.parametrize("where", ["file/sub", "file"])
@@ -321,7 +319,8 @@ KILLED_SWEEP = textwrap.dedent(
     from vlabench.fleet.sweep_file import expand, parse_sweep
     runs = expand(parse_sweep(yaml.safe_dump({"matrix": {"seed": [1]}}), "s"))
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
-    execute_sweep(runs, Path(sys.argv[1]), run_locally(None, hang))
+    out = Path(sys.argv[1])
+    execute_sweep(runs, out, run_locally(out, None, hang))
     """
 )
 

@@ -11,8 +11,8 @@ import torch
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.commands.precision_auto import candidates, native_reason
 from vlabench.commands.run import plan_run
+from vlabench.commands.run.precision_auto import candidates, native_reason
 from vlabench.config import RunConfig
 from vlabench.results.schema import load_result
 

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 import vlabench.commands.run
+import vlabench.commands.run.execution
 from vlabench.cli.app import app
 from vlabench.cli.options import Bounds
 from vlabench.config import LIMITS, OPEN_BELOW, SEED_LIMIT, RunConfig
@@ -235,7 +236,7 @@ def test_run_refuses_more_actions_per_chunk_than_the_models_chunk(tmp_path, monk
     def measure(*args, **kwargs):
         raise AssertionError("measured a chunk executing more actions than it holds")
 
-    monkeypatch.setattr(vlabench.commands.run, "execute_many", measure)
+    monkeypatch.setattr(vlabench.commands.run.execution, "execute_many", measure)
     chunked = ["--execution", "async"]
     result = runner.invoke(
         app, ["run", "-m", "smolvla-tiny", *chunked, "--actions-per-chunk", "1000", "-o", str(tmp_path)]
@@ -334,7 +335,7 @@ def test_run_refuses_a_malformed_power_log_before_measuring(tmp_path, monkeypatc
     def measure(*args, **kwargs):
         raise AssertionError("measured with a power log that holds negative watts")
 
-    monkeypatch.setattr(vlabench.commands.run, "execute_many", measure)
+    monkeypatch.setattr(vlabench.commands.run.execution, "execute_many", measure)
     log = tmp_path / "wall.csv"
     log.write_text("timestamp,watts\n0,40\n1,-40\n")
     result = runner.invoke(app, ["run", "-m", "smolvla-tiny", "--energy-log", str(log), "-o", str(tmp_path / "out")])

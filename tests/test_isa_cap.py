@@ -46,7 +46,7 @@ def test_vlabenchs_decisions_follow_the_cap(monkeypatch):
     """On this CPU under the avx2 cap: bf16 is not native, int8 is (VPMADDUBSW), the int8 kernel takes its AVX2 path
     with fp32 float parts, the benchmark's class is no-native-bf16 and ONNX Runtime is left out with why."""
     from tests.test_benchmark_scripts import load
-    from vlabench.commands.precision_auto import native_reason
+    from vlabench.commands.run.precision_auto import native_reason
     from vlabench.kernels import amx_int8
 
     if not {"avx2", "fma"} <= read_cpu_flags():

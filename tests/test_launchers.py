@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vlabench.commands.launchers import ConfiguredRun, InProcess, SpawnedChild
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, InProcess, SpawnedChild, Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.results.launch_outcome import LaunchOutcome

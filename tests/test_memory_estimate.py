@@ -27,17 +27,18 @@ CHILD = textwrap.dedent(
     import json, resource, sys
     mode, settings = sys.argv[1], json.loads(sys.argv[2])
     import vlabench.commands.run as run
-    from vlabench.commands.run_output import save_result
+    import vlabench.commands.run.plan as planning
+    from vlabench.commands.run import save_result
     from vlabench.config import RunConfig
 
     chunk = settings.pop("chunk", None)
     if chunk:  # a variant of the model whose action head is built for this chunk
-        load = run.load_model_spec
+        load = planning.load_model_spec
         def variant(name):
             spec = load(name)
             action = spec.action.model_copy(update={"chunk": chunk, "actions_per_chunk": chunk})
             return spec.model_copy(update={"action": action})
-        run.load_model_spec = variant
+        planning.load_model_spec = variant
     config = RunConfig(**settings)
     plans, _ = run.plan_runs(config)
     if mode == "run":

@@ -10,12 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import vlabench.commands.precision_auto as precision_auto
+import vlabench.commands.run.precision_auto as precision_auto
 from vlabench.backends import BACKENDS
 from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
-from vlabench.commands.precision_auto import ProbedPrecision, candidates, native_reason, pick
 from vlabench.commands.run import plan_run
+from vlabench.commands.run.precision_auto import ProbedPrecision, candidates, native_reason, pick
 from vlabench.config import RunConfig
 from vlabench.results.schema import load_result
 

@@ -6,8 +6,7 @@ import torch
 
 from vlabench.analysis.memory import estimate_footprint
 from vlabench.cli.views.run import correctness_line, plan_summary
-from vlabench.commands import run as run_module
-from vlabench.commands.run import execute, plan_run
+from vlabench.commands.run import execute, execution, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InsufficientMemoryError
 from vlabench.measure.correctness import TOLERANCES, Correctness, action_tokens, compare, gate_tolerance
@@ -59,9 +58,11 @@ def test_bf16_reference_when_fp32_does_not_fit(monkeypatch, tmp_path):
         events.append(("reference", args[7]))  # precision, positional after the schedule
         return real_reference_actions(*args, **kwargs)
 
-    real_prepare = run_module.prepare_checked
-    monkeypatch.setattr(run_module, "reference_actions", spy_reference)
-    monkeypatch.setattr(run_module, "prepare_checked", lambda *a: events.append(("measured", None)) or real_prepare(*a))
+    real_prepare = execution.prepare_contender
+    monkeypatch.setattr(execution, "reference_actions", spy_reference)
+    monkeypatch.setattr(
+        execution, "prepare_contender", lambda *a: events.append(("measured", None)) or real_prepare(*a)
+    )
     result = execute(plan)
     assert events == [("reference", "bf16"), ("measured", None)]  # freed before the measured model is built
     check = result.correctness

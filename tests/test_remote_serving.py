@@ -23,7 +23,7 @@ from serving_helpers import Server
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.commands.run_serving import RobotObservations
+from vlabench.commands.run import RobotObservations
 from vlabench.measure.batching import BatcherClosed, BatcherFull
 from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.specs import load_model_spec

@@ -226,7 +226,7 @@ def test_a_partial_result_is_flagged_by_validate(tmp_path, results):
 
 def test_a_count_that_served_nothing_fails_the_capacity_search_without_ending_it(results):
     from vlabench.analysis.cet import ExecutionModel
-    from vlabench.commands.run_serving import search
+    from vlabench.commands.run import search
     from vlabench.config import RunConfig
 
     served = results["served-in-process"].serving

@@ -10,7 +10,7 @@ import recorded
 import torch
 from typer.testing import CliRunner
 
-import vlabench.commands.run
+import vlabench.commands.run.execution
 from vlabench.cli.app import app
 from vlabench.results.schema import RunResult
 from vlabench.results.serving_relations import serving_relations
@@ -133,7 +133,7 @@ def test_robots_that_would_not_fit_are_refused_before_any_timing_with_the_memory
     def timed(*args, **kwargs):
         raise AssertionError("the timed pass began")
 
-    monkeypatch.setattr(vlabench.commands.run, "timed_pass", timed)
+    monkeypatch.setattr(vlabench.commands.run.execution, "timed_pass", timed)
     done = runner.invoke(app, ["run", "-m", "smolvla", "--robots", "65536", "-o", str(tmp_path)])
     assert done.exit_code == 4 and "--robots 65536 needs about" in done.output and "GiB of host memory" in done.output
     assert not list(tmp_path.glob("*.json"))

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from vlabench.backends import backend_class, get_backend
 from vlabench.cli.app import app
-from vlabench.commands.run import plan_run, prepare_checked
+from vlabench.commands.run import plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.cold_start import STAGES, StageClock, TimedStage, recording, stage, timed_preparation
@@ -146,7 +146,7 @@ def prepared_stages(backend: str, precision: str | None = None):
         threads=1,
         energy_meter="none",
     )
-    return prepare_checked(plan_run(config)).preparation
+    return prepare_contender(plan_run(config)).policy.preparation
 
 
 def backend_param(backend: str, precision: str | None, wanted: set[str], exact: bool = False):

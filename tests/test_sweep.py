@@ -18,9 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
-from vlabench.commands.launchers import ConfiguredRun
-from vlabench.commands.run import execute, plan_run
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, Subprocess, execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.fleet.local_runner import (
@@ -300,7 +298,7 @@ def test_local_dispatch_skips_completed_runs_without_starting_a_child(tiny_resul
             runs[0], LaunchOutcome(status="ok", result_texts=[tiny_result.model_dump_json()], wall_s=2, hostname="h")
         )
     started = []
-    records = execute_sweep(runs, tmp_path, run_locally(1, command=["false"]), started.append)
+    records = execute_sweep(runs, tmp_path, run_locally(tmp_path, 1, command=["false"]), started.append)
     assert started == [] and [r.status for r in records] == ["skipped"]
 
 

@@ -13,7 +13,7 @@ import recorded
 import torch
 from PIL import Image
 
-from vlabench.commands.run_serving import RobotObservations
+from vlabench.commands.run import RobotObservations
 from vlabench.models.input_pipeline import CAMERA_FRAME, raw_observation
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -54,14 +55,14 @@ def sweep(
         stdout.print(runs_table(runs, done, ray=ray_address is not None))
         return
     if ray_address:
-        from vlabench.fleet.ray_dispatch import run_on_ray
+        from vlabench.fleet.ray_dispatch import RAY_IN_FLIGHT, ray_launcher
 
-        dispatch = run_on_ray(ray_address, timeout, spec.max_retries)
+        launching, in_flight = ray_launcher(ray_address, timeout, spec.max_retries), RAY_IN_FLIGHT
     else:
-        dispatch = run_locally(timeout)
+        launching, in_flight = nullcontext(run_locally(results, timeout)), 1
     started = time.monotonic()
-    with SweepProgress(stderr, len(runs) - len(done)) as progress:
-        records = execute_sweep(runs, results, dispatch, progress.started, progress.finished)
+    with launching as launcher, SweepProgress(stderr, len(runs) - len(done)) as progress:
+        records = execute_sweep(runs, results, launcher, progress.started, progress.finished, in_flight)
     stdout.print(summary_table(records, time.monotonic() - started))
     stdout.print(f"results: [bold]{markup_safe(results)}[/]  journal: {markup_safe(results / '.sweep')}")
     if any(record.status == "failed" for record in records):

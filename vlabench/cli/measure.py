@@ -224,9 +224,7 @@ def run(
 ) -> None:
     """Measure one model on this host, phase by phase, and write a JSON result."""
     from vlabench.cli.views.run import RunProgress, comparison, plan_summary, result_tables
-    from vlabench.commands.isolation import execute_runs
-    from vlabench.commands.run import plan_runs
-    from vlabench.commands.run_output import save_result
+    from vlabench.commands.run import execute_runs, plan_runs, save_result
 
     run_config = build_run_config(ctx)
     if run_config.remote:
@@ -327,7 +325,7 @@ def profile(
     """Trace phases with utilization counters (Chrome/Perfetto JSON) and summarize each phase against the roofline."""
     from vlabench.cli.views.roofline import passes_table, profile_table
     from vlabench.commands.profile import ProfileSettings, run_profile
-    from vlabench.commands.run_output import check_paths
+    from vlabench.commands.run import check_paths
 
     run_config = build_run_config(ctx)
     check_paths(run_config)
@@ -383,7 +381,7 @@ def loop(
     """Time a control loop with V-AEFusion against the exact loop: per-cycle latency, action rate, overlap."""
     from vlabench.cli.views.loop import loop_table
     from vlabench.commands.loop import run_loop
-    from vlabench.commands.run_output import check_paths
+    from vlabench.commands.run import check_paths
 
     run_config = build_run_config(ctx)
     check_paths(run_config)

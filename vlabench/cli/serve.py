@@ -25,7 +25,7 @@ from vlabench.cli.options import (
 from vlabench.cli.run_config import build_run_config
 from vlabench.cli.serving_options import ServeTlsCaFlag, ServeTlsCertFlag, ServeTlsKeyFlag, ServeTokenFileFlag
 from vlabench.cli.views.console import markup_safe, stderr, stdout
-from vlabench.commands.run_output import Saved
+from vlabench.commands.run import Saved
 from vlabench.config import RunConfig
 from vlabench.errors import InterruptError, VlabenchError
 from vlabench.results.schema import RunResult
@@ -82,7 +82,11 @@ def serve_policy(
         )
         stdout.file.flush()
 
-    server = start_server(run_config, host, port, security, listening)
+    def inform(text: str) -> None:
+        stdout.print(markup_safe(text), highlight=False, soft_wrap=True)
+        stdout.file.flush()
+
+    server = start_server(run_config, host, port, security, listening, inform)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     baseline = server.baseline
 
@@ -109,7 +113,7 @@ def run_remote_robots(config: RunConfig, as_json: bool) -> tuple[Saved, Vlabench
     that cut the window short (its message says the partial result was kept)."""
     from vlabench.cli.views.console import notes, write_json
     from vlabench.cli.views.run import result_tables
-    from vlabench.commands.run_output import check_paths, save_result
+    from vlabench.commands.run import check_paths, save_result
     from vlabench.serving.client import run_remote
 
     check_paths(config)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from vlabench.atomic import writable_folder_problem
 from vlabench.backends import get_backend
-from vlabench.commands.run import RunPlan, backend_options, check_optimizations, plan_run
+from vlabench.commands.run import RunPlan, backend_options, check_optimizations, plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
@@ -79,18 +79,18 @@ def fuse_refusal(plan: RunPlan) -> str | None:
 
 
 def candidate_for(plan: RunPlan) -> Candidate | None:
-    """None for the exact path itself (torch at fp32); else the backend's prepared policy at the plan's precision."""
+    """None for the exact path itself (torch at fp32); else the backend's policy at the plan's precision, prepared as
+    every command prepares it (``prepare_contender``)."""
     if plan.backend.is_reference and plan.precision == Precision.REFERENCE:
         return None
-    target, seed = plan.device.torch_device, plan.config.seed
 
     def fused():
         options = backend_options(plan.config.model_copy(update={"fuse_expert_kv": True}))
-        return get_backend(plan.backend.name, options).prepare(plan.spec, plan.workload, target, plan.precision, seed)
+        return prepare_contender(plan, backend=get_backend(plan.backend.name, options)).policy
 
     return Candidate(
-        description=f"{plan.backend.name} {plan.precision} on {target}",
-        policy=plan.backend.prepare(plan.spec, plan.workload, target, plan.precision, seed),
+        description=f"{plan.backend.name} {plan.precision} on {plan.device.torch_device}",
+        policy=prepare_contender(plan).policy,
         dtype=Precision.dtype(plan.precision),
         fused=None if fuse_refusal(plan) else fused,
     )

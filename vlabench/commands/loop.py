@@ -17,7 +17,6 @@ from vlabench.commands.run import plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import InputError
 from vlabench.hardware.detection import detect_host
-from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.stats import summarize
 from vlabench.models.workload import initial_noise, synthetic_observation
 from vlabench.optimizations.fusion import PAPER_COLLAPSE_AT, FusionLoop
@@ -34,13 +33,14 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
     if config.threads:
         torch.set_num_threads(config.threads)
     target = plan.device.torch_device
-    policy = prepare_contender(plan).policy
+    contender = prepare_contender(plan)  # both loops run its policy through its action loop (stateless between calls)
+    policy = contender.policy
     dtype = Precision.dtype(plan.precision)
     loops = {
         name: FusionLoop(
             policy.prefix_lane(),
             policy,
-            make_action_loop(plan.spec, plan.workload, target, plan.schedule),
+            contender.sampler,
             policy.synchronize,
             steps,
             target,

@@ -20,7 +20,7 @@ import torch
 
 from vlabench.backends import get_backend
 from vlabench.commands.calibrate import fuse_refusal, plan_target
-from vlabench.commands.run import RunPlan, backend_options
+from vlabench.commands.run import RunPlan, backend_options, prepare_contender
 from vlabench.errors import InputError, UnavailableError, unknown_name
 from vlabench.measure.dp_cache import DPCacheSchedule
 from vlabench.measure.stats import summarize
@@ -160,7 +160,7 @@ def prepare(setting: Setting, model: str, checkpoint: Path, device: str, seed: i
         backend = get_backend(backend.name, backend_options(plan.config.model_copy(update={"fuse_expert_kv": True})))
     target = plan.device.torch_device
     schedule = _schedule(setting, plan, seed)
-    policy = backend.prepare(plan.spec, plan.workload, target, plan.precision, seed)
+    policy = prepare_contender(plan, backend=backend).policy
     factory = model_loop(plan.spec, plan.workload, target)
     variant = PolicyVariant(
         name=setting.name,

@@ -1,5 +1,6 @@
-"""Executing a sweep: each run in a child process, results promoted into the results folder with a journal that
-makes the sweep resumable after any crash (even SIGKILL) without partial or duplicate results."""
+"""Executing a sweep: each run launched alone by the run package's ``Launcher`` (a ``Subprocess`` here, a ``RayTask``
+on a cluster), results promoted into the results folder with a journal that makes the sweep resumable after any crash
+(even SIGKILL) without partial or duplicate results."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import fcntl
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vlabench.atomic import WriteError, atomic_write_text, remove_stale, rescue_text
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import Launcher, Subprocess
 from vlabench.errors import VlabenchError
 from vlabench.fleet.sweep_file import SweepRun
 from vlabench.results.launch_outcome import LaunchOutcome
@@ -25,6 +27,10 @@ JOURNAL_DIR = ".sweep"
 SCRATCH_DIR = "tmp"
 """``<out>/.sweep/tmp/``: each run's config, stderr and results folder while it runs (emptied when a sweep opens)."""
 STAGED_SUFFIX = ".staged"
+
+
+def scratch_folder(out: Path) -> Path:
+    return out / JOURNAL_DIR / SCRATCH_DIR
 
 
 class SweepStore:
@@ -38,7 +44,7 @@ class SweepStore:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.journal = out / JOURNAL_DIR
-        self.scratch = self.journal / SCRATCH_DIR
+        self.scratch = scratch_folder(out)
         self._lock: int | None = None
 
     def __enter__(self) -> SweepStore:
@@ -153,33 +159,43 @@ def _name(staged: Path) -> str | None:
         return None
 
 
-Dispatch = Callable[[list[SweepRun], SweepStore, Callable[[SweepRun], None], Callable[[RunRecord], None]], None]
+def run_locally(out: Path, timeout_s: float | None, command: Sequence[str] | None = None) -> Subprocess:
+    """A sweep's launcher on this host: each run in a ``Subprocess`` working in the journal of ``out``."""
+    return Subprocess(timeout_s, command, scratch_folder(out))
 
 
-def run_locally(timeout_s: float | None, command: Sequence[str] | None = None) -> Dispatch:
-    """A dispatcher that runs the pending runs one after another on this host, each in a ``Subprocess``."""
-
-    def dispatch(
-        runs: list[SweepRun],
-        store: SweepStore,
-        started: Callable[[SweepRun], None],
-        finished: Callable[[RunRecord], None],
-    ) -> None:
+def launched(
+    launcher: Launcher, runs: list[SweepRun], started: Callable[[SweepRun], None], in_flight: int
+) -> Iterator[tuple[SweepRun, LaunchOutcome]]:
+    """Each run launched alone (``launcher.launch([run])``), at most ``in_flight`` at once (more than one: each
+    waited on by a thread, for launchers that execute elsewhere), yielded as it finishes."""
+    if in_flight <= 1:
         for run in runs:
             started(run)
-            finished(store.finish(run, Subprocess(timeout_s, command, store.scratch).launch([run])))
-
-    return dispatch
+            yield run, launcher.launch([run])
+        return
+    pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="vlabench-sweep")
+    try:
+        waiting = {}
+        for run in runs:
+            waiting[pool.submit(launcher.launch, [run])] = run
+            started(run)
+        for done in as_completed(waiting):
+            yield waiting[done], done.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def execute_sweep(
     runs: list[SweepRun],
     out: Path,
-    dispatch: Dispatch,
+    launcher: Launcher,
     started: Callable[[SweepRun], None] = lambda run: None,
     finished: Callable[[RunRecord], None] = lambda record: None,
+    in_flight: int = 1,
 ) -> list[RunRecord]:
-    """Skip the runs already completed in ``out``, dispatch the others; one record per run, in sweep order."""
+    """Skip the runs already completed in ``out``, launch the others (``launched``); one record per run, in sweep
+    order."""
     with SweepStore(out) as store:
         records: dict[str, RunRecord] = {}
         for run in runs:
@@ -187,13 +203,9 @@ def execute_sweep(
             if done:
                 records[run.key] = done.model_copy(update={"status": "skipped"})
         pending = [run for run in runs if run.key not in records]
-
-        def record(entry: RunRecord) -> None:
-            records[entry.key] = entry
-            finished(entry)
-
-        if pending:
-            dispatch(pending, store, started, record)
+        for run, outcome in launched(launcher, pending, started, in_flight):
+            records[run.key] = store.finish(run, outcome)
+            finished(records[run.key])
     return [records[run.key] for run in runs if run.key in records]
 
 

@@ -1,25 +1,25 @@
 """Dispatching sweep runs to a Ray cluster whose nodes advertise their devices as custom resources.
 
 A run needing device D requests ``{"vlabench-device:D": 1}``; each node holds one unit per device, so a device runs
-one benchmark at a time. The remote task runs the same child process as a local sweep and returns the result JSON
-text; the driver validates it and writes it into its own results folder."""
+one benchmark at a time. ``RayTask`` is the run package's ``Launcher`` for a run on the node holding its device: the
+remote task runs the same ``Subprocess`` launch as a local sweep and returns its outcome as JSON; the driver's sweep
+(``execute_sweep``, ``RAY_IN_FLIGHT`` runs at once) validates the result and writes it into its own results
+folder."""
 
 from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlabench.commands.launchers import ConfiguredRun
-from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.commands.run import ConfiguredRun, Subprocess
 from vlabench.config import RunConfig
 from vlabench.errors import InputError, UnavailableError
-from vlabench.fleet.local_runner import Dispatch, SweepStore
 from vlabench.fleet.sweep_file import PLACEMENT_PREFIX, SweepRun
 from vlabench.results.launch_outcome import LaunchOutcome
-from vlabench.results.sweep_record import RunRecord
 
 
 def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:
@@ -33,12 +33,14 @@ def remote_run(settings: dict[str, Any], timeout_s: float | None) -> str:
 
 @dataclass(frozen=True)
 class RayTask:
-    """The launcher of a run on a Ray node holding its device (``run.resource``), through a connected ``ray``
-    module; ``submit`` and ``collect`` let a sweep keep every run in flight at once."""
+    """The launcher of a run on a Ray node holding its device (``run.resource``, one of ``devices``, those the
+    cluster's live nodes advertise), through a connected ``ray`` module; ``launch`` waits for its run, so a sweep
+    keeps several in flight from several threads."""
 
     ray: Any
     timeout_s: float | None
     max_retries: int
+    devices: frozenset[str] = frozenset()
     task: Any = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,9 +60,16 @@ class RayTask:
     def launch(self, runs: Sequence[SweepRun]) -> LaunchOutcome:
         if len(runs) != 1:
             raise ValueError(f"a Ray task runs one config, not {len(runs)}")
-        return self.collect(self.submit(runs[0]))
+        run = runs[0]
+        if run.resource not in self.devices:
+            reason = f"no live node of the Ray cluster advertises {run.resource}"
+            return LaunchOutcome(status="failed", reason=reason, wall_s=0.0, hostname="")
+        return self.collect(self.submit(run))
 
 
+RAY_IN_FLIGHT = 256
+"""Runs a sweep keeps submitted to a cluster at once (each waited on by a thread of the driver); Ray starts each when
+a node holding its device is free."""
 CONNECT_TIMEOUT_S = 5.0
 """How long the cluster's address may take to accept a TCP connection (``ray.init`` itself waits far longer)."""
 
@@ -108,34 +117,12 @@ def cluster_devices(ray: Any) -> set[str]:
     }
 
 
-def run_on_ray(address: str, timeout_s: float | None, max_retries: int) -> Dispatch:
-    """A dispatcher that submits every pending run at once and records each as it finishes; an address that does
-    not answer is refused now, before any run."""
-    probe_address(address)
-
-    def dispatch(
-        runs: list[SweepRun],
-        store: SweepStore,
-        started: Callable[[SweepRun], None],
-        finished: Callable[[RunRecord], None],
-    ) -> None:
-        ray = _connect(address)
-        try:
-            launcher = RayTask(ray, timeout_s, max_retries)
-            available = cluster_devices(ray)
-            pending = {}
-            for run in runs:
-                if run.resource not in available:
-                    reason = f"no live node of the Ray cluster advertises {run.resource}"
-                    finished(store.finish(run, LaunchOutcome(status="failed", reason=reason, wall_s=0.0, hostname="")))
-                    continue
-                pending[launcher.submit(run)] = run
-                started(run)
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                run = pending.pop(done[0])
-                finished(store.finish(run, launcher.collect(done[0])))
-        finally:
-            ray.shutdown()
-
-    return dispatch
+@contextmanager
+def ray_launcher(address: str, timeout_s: float | None, max_retries: int) -> Iterator[RayTask]:
+    """A ``RayTask`` launcher connected to the cluster at ``address`` (an address that does not answer is refused
+    now, before any run), disconnected on leaving."""
+    ray = _connect(address)
+    try:
+        yield RayTask(ray, timeout_s, max_retries, frozenset(cluster_devices(ray)))
+    finally:
+        ray.shutdown()

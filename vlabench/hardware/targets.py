@@ -8,11 +8,13 @@ refused, so no result can claim a device it did not execute on.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vlabench.hardware.devices import DeviceProfile
+from vlabench.hardware.detection import HostInfo
+from vlabench.hardware.devices import DeviceProfile, ResolvedDevice, resolve_device
 
 Engine = Literal["cpu", "cuda", "intel-gpu", "intel-npu", "ascend-npu"]
 
@@ -66,6 +68,14 @@ def profile_engine(profile: DeviceProfile, device_target: str | None = None) -> 
         if wanted in offered:
             return wanted  # type: ignore[return-value]
     return ENGINE_OF_TORCH_TYPE[profile.torch_device]
+
+
+def resolve_target(
+    requested: str, engines: Collection[str], device_target: str | None = None, host: HostInfo | None = None
+) -> ResolvedDevice:
+    """``--device`` resolved (``resolve_device``) for a backend that reaches ``engines`` here: ``auto`` picks the first
+    present profile standing for one of them (``profile_engine`` under ``device_target``)."""
+    return resolve_device(requested, host, lambda profile: profile_engine(profile, device_target) in engines)
 
 
 def mismatch(expected: str, executed: ExecutionTarget) -> str | None:

@@ -1,6 +1,6 @@
 """The correctness gate: a run's action chunk against the eager torch reference on the same inputs.
 
-The reference is fp32 whenever it fits in memory. When it does not (``commands/run_reference.py``), it is the most
+The reference is fp32 whenever it fits in memory. When it does not (``commands/run/reference.py``), it is the most
 precise torch build that does (bf16, else int8), and every error is then relative to that reference, not to the
 exact fp32 path: the gate applies the looser of the measured and the reference precision's tolerances and the
 verdict names the reference (``Correctness.reference_precision``)."""

@@ -39,7 +39,7 @@ class ColdStart(Stored):
 def cold_start(
     preparation: Preparation | None, first_inference_ms: float, idle_s: float, after_idle_ms: float | None
 ) -> ColdStart | None:
-    """None when the policy was prepared outside ``prepare_checked`` (nothing was timed)."""
+    """None when the policy was prepared outside ``prepare_contender`` (nothing was timed)."""
     if preparation is None:
         return None
     stages = {

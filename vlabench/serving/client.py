@@ -17,7 +17,7 @@ from dataclasses import replace
 import grpc
 
 from vlabench.analysis.cet import CostReport
-from vlabench.commands.run_serving import (
+from vlabench.commands.run import (
     RobotObservations,
     announce_window,
     check_robots_fit,

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-from vlabench.commands.run import execute_many, plan_run, prepare_contender
-from vlabench.commands.run_serving import BatchedInference, batched_inference
+from vlabench.commands.run import BatchedInference, InProcess, batched_inference, plan_run, prepare_contender
 from vlabench.config import RunConfig
 from vlabench.errors import UnavailableError
 from vlabench.measure.batching import BatcherClosed, BatcherFull, DynamicBatcher, serve
@@ -219,11 +218,18 @@ class PolicyServer:
 
 
 def start_server(
-    config: RunConfig, host: str, port: int, security: ServerSecurity, announce: Callable[[str], None] | None = None
+    config: RunConfig,
+    host: str,
+    port: int,
+    security: ServerSecurity,
+    announce: Callable[[str], None] | None = None,
+    inform: Callable[[str], None] | None = None,
 ) -> PolicyServer:
     """Plan ``config`` (one backend) and bind the address first (bad input and an address in use are refused before
-    any work); answer ``starting`` while the plan is measured like ``vlabench run`` (its baseline result) and
-    prepared again to serve (exports and compiled graphs come from the caches) with a policy per batch size."""
+    any work; ``announce`` gets the address); answer ``starting`` while the plan is measured by the launcher
+    ``vlabench run`` uses in its process (its baseline result; ``--precision auto`` probed first, the choice said
+    to ``inform``) and prepared again at the measured precision to serve (exports and compiled graphs come from the
+    caches) with a policy per batch size."""
     plan = plan_run(config)
     workload = plan.workload
     contract = Contract(workload.cameras * workload.frames, CAMERA_FRAME, workload.frames * workload.state_dim)
@@ -232,9 +238,11 @@ def start_server(
     if announce:
         announce(policy.address)
     try:
-        baseline = execute_many([plan])[0]
-        contender = prepare_contender(plan)
-        infer = batched_inference(plan, contender, prepare_contender)
+        outcome = InProcess(announce=inform).launch([plan])
+        outcome.raise_error()
+        baseline = outcome.results()[0]
+        served = plan if baseline.precision == plan.precision else plan.at(precision=baseline.precision)
+        infer = batched_inference(served, prepare_contender(served), prepare_contender)
     except BaseException:
         policy.shutdown()
         raise

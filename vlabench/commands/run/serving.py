@@ -2,7 +2,7 @@
 its workload's batch (``--batch``, the maximum batch); each robot sends raw observations (camera frames, the
 instruction, its state) and receives its chunk in robot units. ``--robots auto`` searches the most robots whose every
 p99 passes the control gate. The energy meter is read over each serving window. The robots' memory and threads are
-planned before any timing (``check_robots_fit``)."""
+planned before any timing (``checks.check_robots_fit``)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,26 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-import psutil
 import torch
 from torch import Tensor
 
 from vlabench.analysis.cet import CostReport, ExecutionModel
-from vlabench.analysis.memory import check_fits_together, estimate_footprint
+from vlabench.analysis.memory import check_fits_together
+from vlabench.commands.run.checks import OBSERVATIONS_PER_ROBOT
+from vlabench.commands.run.plan import RunPlan
 from vlabench.config import RunConfig
-from vlabench.errors import InsufficientMemoryError, UnavailableError
+from vlabench.errors import InsufficientMemoryError
 from vlabench.measure.capacity import search_capacity
-from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.serving import RobotsSettings, serve_robots
 from vlabench.measure.timing import Contender, plain_inference
 from vlabench.models.input_pipeline import (
-    CAMERA_FRAME,
     InputPipeline,
     RawObservation,
     raw_observation,
     stack_rows,
 )
 from vlabench.models.workload import Workload
-from vlabench.results.assemble import PlannedRun, device_price, execution_model, run_cost
+from vlabench.results.assemble import device_price, execution_model, run_cost
 from vlabench.results.capacity import CapacitySearch, CapacityStep
 from vlabench.results.schema import EnergyResult
 from vlabench.results.serving import ServingResult, serving_result
@@ -38,14 +37,9 @@ from vlabench.results.serving_energy import capacity_step, with_energy
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.vocab import Precision
 
-OBSERVATIONS_PER_ROBOT = 4
 WARMUP_PER_SIZE = 2
 """Inferences per prepared batch size before serving (a compiled graph's first calls are slower)."""
 ROBOT_SEED_STRIDE = 7919
-THREAD_BYTES = 256 << 10
-"""A robot thread's committed stack and interpreter state (estimated; its 8 MiB stack is address space only)."""
-MAX_ROBOT_THREADS = 4096
-"""Robot threads one process starts at most (closed loop: one per robot)."""
 
 
 def request_period_s(control_hz: float, execution: ExecutionModel) -> float:
@@ -94,37 +88,6 @@ class RobotObservations:
         return self.rows[robot][number % OBSERVATIONS_PER_ROBOT]
 
 
-def robots_wanted(config: RunConfig) -> int:
-    """The most robots a run serves at once: ``--robots``, or ``--max-robots`` for the capacity search."""
-    return config.max_robots if config.robots == "auto" else config.robots or 1
-
-
-def check_robots_fit(workload: Workload, config: RunConfig, resident_bytes: int = 0) -> None:
-    """Before any timing: the robots' observations and threads (and ``resident_bytes``, a model in the same host
-    memory) must fit in the host's available memory, and their threads in what one process may start."""
-    robots = robots_wanted(config)
-    settings = RobotsSettings(robots, 1, 0.0, 1.0, 1.0, arrivals=config.arrivals)
-    views, (height, width) = workload.cameras * workload.frames, CAMERA_FRAME
-    observation = views * height * width * 3 + workload.frames * workload.state_dim * 4
-    needed = robots * OBSERVATIONS_PER_ROBOT * observation + settings.threads * THREAD_BYTES + resident_bytes
-    available = psutil.virtual_memory().available
-    flag = "--max-robots" if config.robots == "auto" else "--robots"
-    if needed > available:
-        model = f" and the model's {resident_bytes / 2**30:.1f} GiB" if resident_bytes else ""
-        raise InsufficientMemoryError(
-            f"{flag} {robots} needs about {needed / 2**30:.1f} GiB of host memory ({robots} robots x "
-            f"{OBSERVATIONS_PER_ROBOT} observations of {observation / 1e6:.2f} MB, {settings.threads} threads{model}) "
-            f"but only {available / 2**30:.1f} GiB is available; serve fewer robots, or robots on several hosts "
-            "with `run --remote`"
-        )
-    if settings.threads > MAX_ROBOT_THREADS:
-        raise UnavailableError(
-            f"{flag} {robots} needs {settings.threads} robot threads; one process starts at most "
-            f"{MAX_ROBOT_THREADS} (--arrivals poisson needs far fewer, or spread the robots over several `run "
-            "--remote` processes)"
-        )
-
-
 def bucket_sizes(max_batch: int) -> list[int]:
     """The batch sizes prepared for serving: powers of two below the maximum, and the maximum (a batch runs on the
     smallest that holds it, padded to it)."""
@@ -135,18 +98,10 @@ def bucket_sizes(max_batch: int) -> list[int]:
     return [*sizes, max_batch]
 
 
-def sized_plans(plan: PlannedRun) -> list[PlannedRun]:
+def sized_plans(plan: RunPlan) -> list[RunPlan]:
     """One plan per bucket size (each with its own footprint) when all of them fit in memory together; else the
     maximum batch alone (every batch padded to it)."""
-    config = plan.config
-    plans = []
-    for size in bucket_sizes(plan.workload.batch):
-        workload = plan.workload.model_copy(update={"batch": size})
-        footprint = estimate_footprint(
-            plan.spec, workload, plan.precision, plan.backend.name, iteration_cap(config), config.preprocess
-        )
-        sized = config.model_copy(update={"batch": size})
-        plans.append(replace(plan, workload=workload, config=sized, footprint=footprint))
+    plans = [plan.at(batch=size) for size in bucket_sizes(plan.workload.batch)]
     try:
         check_fits_together(plan.spec, [p.footprint for p in plans], plan.device.torch_device, plan.precision)
     except InsufficientMemoryError:
@@ -158,7 +113,7 @@ class BatchedInference:
     """The prepared policy of each bucket size: rows → the smallest bucket that holds them (padded) → preprocess,
     infer, postprocess → each row's chunk on the host, and the rows computed."""
 
-    def __init__(self, plans: list[PlannedRun], contenders: list[Contender]) -> None:
+    def __init__(self, plans: list[RunPlan], contenders: list[Contender]) -> None:
         largest = plans[-1]
         target, dtype = largest.device.torch_device, Precision.dtype(largest.precision)
         self.buckets = {
@@ -183,9 +138,7 @@ class BatchedInference:
         return list(actions[: len(rows)].cpu().unbind(0)), size
 
 
-def batched_inference(
-    plan: PlannedRun, contender: Contender, prepare: Callable[[PlannedRun], Contender]
-) -> BatchedInference:
+def batched_inference(plan: RunPlan, contender: Contender, prepare: Callable[[RunPlan], Contender]) -> BatchedInference:
     """``contender`` (prepared at the plan's batch) and, memory permitting, one more prepared policy per smaller
     bucket size (``prepare``: exported graphs and compiled models come from the caches)."""
     plans = sized_plans(plan)
@@ -218,9 +171,9 @@ class InProcessServing:
 
     def __init__(
         self,
-        plan: PlannedRun,
+        plan: RunPlan,
         contender: Contender,
-        prepare: Callable[[PlannedRun], Contender],
+        prepare: Callable[[RunPlan], Contender],
         meter: EnergyMeter | None = None,
         energy: EnergyResult | None = None,
         announce: Callable[[str], None] | None = None,
@@ -270,9 +223,9 @@ class InProcessServing:
 
 
 def serve_in_process(
-    plan: PlannedRun,
+    plan: RunPlan,
     contender: Contender,
-    prepare: Callable[[PlannedRun], Contender],
+    prepare: Callable[[RunPlan], Contender],
     meter: EnergyMeter | None = None,
     energy: EnergyResult | None = None,
     announce: Callable[[str], None] | None = None,

@@ -4,19 +4,17 @@ correctness-gated run, and keep the fastest that passes (fp32, the reference pat
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from vlabench.analysis.memory import estimate_footprint
-from vlabench.commands.run import ReferenceCache, RunPlan, prepare_contender
-from vlabench.commands.run_checks import plan_caveats
+from vlabench.commands.run.execution import ReferenceCache
+from vlabench.commands.run.plan import RunPlan
+from vlabench.commands.run.prepare import prepare_contender
 from vlabench.errors import VlabenchError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, NATIVE_BF16_FLAGS, NATIVE_FP16_FLAGS, read_cpu_flags
 from vlabench.measure.correctness import TOLERANCES, compare, needs_reference
 from vlabench.measure.policy import PreparedPolicy
-from vlabench.measure.run_settings import iteration_cap
 from vlabench.measure.timing import RunnerSettings, measure_interleaved, plain_inference
 from vlabench.vocab import Precision
 
@@ -134,7 +132,7 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
     best: tuple[float, PreparedPolicy] | None = None
     kept: dict[str, PreparedPolicy] = {}
     for precision in probe:
-        candidate = at_precision(plan, precision)
+        candidate = plan.at(precision=precision)
         try:
             contender = prepare_contender(candidate)
         except VlabenchError as exc:
@@ -165,14 +163,4 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
         "(p50 of the unsynchronized ones); gated against the run's reference"
     )
     choice = PrecisionChoice(chosen=chosen, reason=reason, probe=probe_text, candidates=probed)
-    return at_precision(plan, chosen), choice, kept.get(chosen)
-
-
-def at_precision(plan: RunPlan, precision: str) -> RunPlan:
-    """``plan`` (planned at fp32, the largest footprint, for ``auto``) at ``precision``, one the backend declares."""
-    config = plan.config.model_copy(update={"precision": precision})
-    footprint = estimate_footprint(
-        plan.spec, plan.workload, precision, plan.backend.name, iteration_cap(config), config.preprocess
-    )
-    caveats = plan_caveats(plan.device, precision)
-    return replace(plan, config=config, precision=precision, footprint=footprint, caveats=caveats)
+    return plan.at(precision=chosen), choice, kept.get(chosen)

@@ -26,10 +26,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
+import vlabench.commands.run.execution as execution
 from vlabench.backends import BACKENDS, Backend
-from vlabench.commands import run as run_module
-from vlabench.commands.precision_auto import choose_precision, describe
-from vlabench.commands.run import RunPlan, plan_run
+from vlabench.commands.run.plan import RunPlan, plan_run
+from vlabench.commands.run.precision_auto import choose_precision, describe
 from vlabench.config import RunConfig
 from vlabench.errors import VlabenchError
 from vlabench.measure.policy import PreparedPolicy
@@ -120,7 +120,7 @@ def execute_here(
                 announce(describe(plan.backend.name, choice))
         resolved.append(plan)
     details = {index: {"precision_choice": choice.model_dump(mode="json")} for index, choice in choices.items()}
-    return run_module.execute_many(resolved, progress, prepared, notes, details, announce)
+    return execution.execute_many(resolved, progress, prepared, notes, details, announce)
 
 
 class SpawnedChild(OnThisHost):

@@ -1,21 +1,31 @@
 """The run planner's checks on a request: a checkpoint's layout, the knobs a model family fixes, optimizations that
-need a capable backend or model; and the caveats a plan warns of."""
+need a capable backend or model, the robots' memory and threads; and the caveats a plan warns of."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
+
 from vlabench.backends import BACKENDS, Backend
 from vlabench.config import RunConfig
-from vlabench.errors import InputError
+from vlabench.errors import InputError, InsufficientMemoryError, UnavailableError
 from vlabench.hardware.detection import cpu_has_native_bf16
 from vlabench.hardware.devices import ResolvedDevice
 from vlabench.hardware.isa_cap import CAPS, ENV, active_cap
 from vlabench.measure.dp_cache import DPCacheSchedule
+from vlabench.measure.serving import RobotsSettings
 from vlabench.models.checkpoints import checkpoint_stamp
+from vlabench.models.input_pipeline import CAMERA_FRAME
 from vlabench.models.replicas import replica_class
 from vlabench.models.specs import ActSpec, DiffusionPolicySpec, FlowVLASpec, ModelSpec, OpenVLASpec
 from vlabench.models.workload import Workload
+
+OBSERVATIONS_PER_ROBOT = 4
+THREAD_BYTES = 256 << 10
+"""A robot thread's committed stack and interpreter state (estimated; its 8 MiB stack is address space only)."""
+MAX_ROBOT_THREADS = 4096
+"""Robot threads one process starts at most (closed loop: one per robot)."""
 
 
 def with_checkpoint(spec: ModelSpec, path: Path) -> ModelSpec:
@@ -72,3 +82,34 @@ def plan_caveats(device: ResolvedDevice, precision: str) -> tuple[str, ...]:
             "slower than fp32 (compare with `vlabench devices --measure --precision fp32 --precision bf16`)"
         )
     return tuple(caveats)
+
+
+def robots_wanted(config: RunConfig) -> int:
+    """The most robots a run serves at once: ``--robots``, or ``--max-robots`` for the capacity search."""
+    return config.max_robots if config.robots == "auto" else config.robots or 1
+
+
+def check_robots_fit(workload: Workload, config: RunConfig, resident_bytes: int = 0) -> None:
+    """Before any timing: the robots' observations and threads (and ``resident_bytes``, a model in the same host
+    memory) must fit in the host's available memory, and their threads in what one process may start."""
+    robots = robots_wanted(config)
+    settings = RobotsSettings(robots, 1, 0.0, 1.0, 1.0, arrivals=config.arrivals)
+    views, (height, width) = workload.cameras * workload.frames, CAMERA_FRAME
+    observation = views * height * width * 3 + workload.frames * workload.state_dim * 4
+    needed = robots * OBSERVATIONS_PER_ROBOT * observation + settings.threads * THREAD_BYTES + resident_bytes
+    available = psutil.virtual_memory().available
+    flag = "--max-robots" if config.robots == "auto" else "--robots"
+    if needed > available:
+        model = f" and the model's {resident_bytes / 2**30:.1f} GiB" if resident_bytes else ""
+        raise InsufficientMemoryError(
+            f"{flag} {robots} needs about {needed / 2**30:.1f} GiB of host memory ({robots} robots x "
+            f"{OBSERVATIONS_PER_ROBOT} observations of {observation / 1e6:.2f} MB, {settings.threads} threads{model}) "
+            f"but only {available / 2**30:.1f} GiB is available; serve fewer robots, or robots on several hosts "
+            "with `run --remote`"
+        )
+    if settings.threads > MAX_ROBOT_THREADS:
+        raise UnavailableError(
+            f"{flag} {robots} needs {settings.threads} robot threads; one process starts at most "
+            f"{MAX_ROBOT_THREADS} (--arrivals poisson needs far fewer, or spread the robots over several `run "
+            "--remote` processes)"
+        )

@@ -21,7 +21,7 @@ import yaml
 
 from vlabench import errors
 from vlabench.atomic import owned_prefix, remove_stale
-from vlabench.commands.launchers import Launchable, finished
+from vlabench.commands.run.launchers import Launchable, finished
 from vlabench.results.launch_outcome import LaunchOutcome
 
 CHILD_PREFIX = "vlabench-sweep-"

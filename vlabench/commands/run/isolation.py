@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vlabench.commands.launchers import Announce, InProcess, Launcher, SpawnedChild
-from vlabench.commands.run import RunPlan
+from vlabench.commands.run.launchers import Announce, InProcess, Launcher, SpawnedChild
+from vlabench.commands.run.plan import RunPlan
 from vlabench.measure.timing import Progress
 from vlabench.results.launch_outcome import LaunchOutcome
 from vlabench.results.schema import RunResult
