@@ -20,7 +20,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -1272,39 +1272,40 @@ def render_text(text: str, root: Path, where: str = "<text>") -> str:
     return BLOCK.sub(replace, text)
 
 
-def check(root: Path = ROOT) -> list[str]:
-    """Unified diffs of every document that differs from a fresh render (empty: all up to date)."""
-    diffs = []
+def stale(root: Path = ROOT) -> Iterator[tuple[Path, str, str]]:
+    """(document, committed text, fresh render) of every document whose render differs from what it holds."""
     for path in documents(root):
         if not path.exists():
             continue
         current = path.read_text()
         fresh = render_text(current, root, str(path.relative_to(root)))
         if fresh != current:
-            name = str(path.relative_to(root))
-            diffs.append(
-                "".join(
-                    difflib.unified_diff(
-                        current.splitlines(keepends=True),
-                        fresh.splitlines(keepends=True),
-                        f"{name} (committed)",
-                        f"{name} (rendered from {RESULTS})",
-                    )
+            yield path, current, fresh
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Unified diffs of every document that differs from a fresh render (empty: all up to date)."""
+    diffs = []
+    for path, current, fresh in stale(root):
+        name = str(path.relative_to(root))
+        diffs.append(
+            "".join(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    fresh.splitlines(keepends=True),
+                    f"{name} (committed)",
+                    f"{name} (rendered from {RESULTS})",
                 )
             )
+        )
     return diffs
 
 
 def write(root: Path = ROOT) -> list[Path]:
     changed = []
-    for path in documents(root):
-        if not path.exists():
-            continue
-        current = path.read_text()
-        fresh = render_text(current, root, str(path.relative_to(root)))
-        if fresh != current:
-            atomic_write_text(path, fresh)
-            changed.append(path)
+    for path, _, fresh in stale(root):
+        atomic_write_text(path, fresh)
+        changed.append(path)
     return changed
 
 
