@@ -42,3 +42,16 @@ def test_a_run_gives_one_valid_result_from_every_launcher(where, tmp_path):
 def test_a_subprocess_launch_takes_one_run():
     with pytest.raises(ValueError, match="one config, not 2"):
         Subprocess().launch([ConfiguredRun(RunConfig()), ConfiguredRun(RunConfig())])
+
+
+def test_a_launcher_runs_the_worker_it_was_given():
+    """The worker is the launcher's: what executes the planned runs is chosen by whoever builds the launcher."""
+    seen = []
+
+    def worker(plans, progress, announce, notes):
+        seen.append(([plan.spec.name for plan in plans], notes))
+        return []
+
+    outcome = InProcess(notes=("a note",), worker=worker).launch([ConfiguredRun(RunConfig(model="smolvla-tiny"))])
+    assert seen == [(["smolvla-tiny"], ("a note",))]
+    assert outcome.status == "ok" and outcome.results() == []

@@ -39,6 +39,7 @@ from vlabench.results.schema import RunResult
 from vlabench.vocab import Precision
 
 Announce = Callable[[str], None]
+Worker = Callable[[list[RunPlan], Progress | None, Announce | None, tuple[str, ...]], list[RunResult]]
 POLL_S = 0.2
 
 
@@ -72,33 +73,6 @@ def outcome_of(results: list[RunResult], started: float, started_utc: datetime) 
     return finished(started, started_utc, status=status, result_texts=texts)
 
 
-@dataclass(frozen=True)
-class OnThisHost:
-    """A launcher on this host: where its runs' progress and announcements go, and notes for every result's
-    warnings."""
-
-    progress: Progress | None = None
-    announce: Announce | None = None
-    notes: tuple[str, ...] = ()
-
-
-class InProcess(OnThisHost):
-    """Runs in this process: ``execute_here``. The planned runs are used as they are; others are planned here."""
-
-    def launch(self, runs: Sequence[Launchable]) -> LaunchOutcome:
-        started, started_utc = time.monotonic(), datetime.now(timezone.utc)
-        try:
-            plans = [run if isinstance(run, RunPlan) else plan_run(run.config) for run in runs]
-            results = execute_here(plans, self.progress, self.announce, self.notes)
-        except VlabenchError as exc:
-            outcome = finished(started, started_utc, status="failed", reason=str(exc), error=type(exc).__name__)
-            outcome.keep_raised(exc)
-            return outcome
-        outcome = outcome_of(results, started, started_utc)
-        outcome.keep_results(results)
-        return outcome
-
-
 def execute_here(
     plans: list[RunPlan],
     progress: Progress | None = None,
@@ -123,6 +97,34 @@ def execute_here(
     return execution.execute_many(resolved, progress, prepared, notes, details, announce)
 
 
+@dataclass(frozen=True)
+class OnThisHost:
+    """A launcher on this host: where its runs' progress and announcements go, notes for every result's warnings, and
+    the worker that executes the planned runs (``execute_here``; a spawned child's must be a module-level function)."""
+
+    progress: Progress | None = None
+    announce: Announce | None = None
+    notes: tuple[str, ...] = ()
+    worker: Worker = execute_here
+
+
+class InProcess(OnThisHost):
+    """Runs in this process: ``execute_here``. The planned runs are used as they are; others are planned here."""
+
+    def launch(self, runs: Sequence[Launchable]) -> LaunchOutcome:
+        started, started_utc = time.monotonic(), datetime.now(timezone.utc)
+        try:
+            plans = [run if isinstance(run, RunPlan) else plan_run(run.config) for run in runs]
+            results = self.worker(plans, self.progress, self.announce, self.notes)
+        except VlabenchError as exc:
+            outcome = finished(started, started_utc, status="failed", reason=str(exc), error=type(exc).__name__)
+            outcome.keep_raised(exc)
+            return outcome
+        outcome = outcome_of(results, started, started_utc)
+        outcome.keep_results(results)
+        return outcome
+
+
 class SpawnedChild(OnThisHost):
     """Runs in one spawned child process (re-planned there from their configs, with the backend classes this process
     registered); its progress and announcements are relayed here while it runs."""
@@ -134,7 +136,9 @@ class SpawnedChild(OnThisHost):
         classes = {config.backend: BACKENDS[config.backend] for config in configs}
         with tempfile.TemporaryDirectory(prefix="vlabench-child-") as folder:
             reader, writer = context.Pipe(duplex=False)
-            child = context.Process(target=child_main, args=(configs, classes, folder, writer, self.notes), daemon=True)
+            child = context.Process(
+                target=child_main, args=(configs, classes, folder, writer, self.notes, self.worker), daemon=True
+            )
             child.start()
             writer.close()
             try:
@@ -203,14 +207,16 @@ def child_main(
     folder: str,
     writer: Connection,
     notes: tuple[str, ...] = (),
+    worker: Worker = execute_here,
 ) -> None:
-    """In the child: plan, execute, write each result as ``<index>.json`` (or a vlabench error as ``error.json``)."""
+    """In the child: plan, execute (``worker``), write each result as ``<index>.json`` (or a vlabench error as
+    ``error.json``)."""
     faulthandler.enable()
     BACKENDS.update(classes)
     out = Path(folder)
     try:
         plans = [plan_run(config) for config in configs]
-        results = execute_here(
+        results = worker(
             plans,
             lambda done, expected: writer.send(("progress", done, expected)),
             lambda text: writer.send(("note", text)),
