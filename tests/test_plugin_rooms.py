@@ -12,6 +12,7 @@ from importlib import import_module, resources
 from pathlib import Path
 
 import pytest
+import torch
 
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.errors import InputError
@@ -205,7 +206,13 @@ def test_every_registered_plug_in_carries_its_facts():
         assert spec.pixels.resize in ("pad", "stretch") and spec.pixels.range in ("symmetric", "imagenet"), spec
         module, _, cls = spec.replica.partition(":")
         assert getattr(import_module(module), cls), spec
-    assert all(replica_class(load_model_spec(name)) for name in model_names())
+    for spec in map(load_model_spec, model_names()):
+        assert replica_class(spec), spec.name
+        if spec.action_loop == "greedy_decode":  # a token-decoding family carries its tokens' rule
+            tokens = torch.zeros(1, spec.action.steps + 1, dtype=torch.long)
+            shape = (1, spec.action.chunk, spec.action.action_dim)
+            assert spec.actions_from_tokens(tokens, spec.action.chunk).shape == shape, spec.name
+            assert 0 < spec.first_action_token < spec.llm.vocab, spec.name
     assert len({meter.method for meter in METER_CLASSES}) == len(METER_CLASSES)
     assert set(meter_choices()) == {"auto", "estimated", "none", *meters()}
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from functools import cache, reduce
 from operator import or_
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, TypeAdapter, model_validator
 
 from vlabench.errors import unknown_name
 from vlabench.models.spec_base import ActionLoopKind, ActionSpec, PixelRule, SpecBase, _Strict
 from vlabench.models.specs_visuomotor import ActSpec, DiffusionPolicySpec
+from vlabench.models.token_rules import bin_actions, fast_actions
 from vlabench.yaml_data import load_packaged, packaged_names, parse_yaml
 
 
@@ -287,7 +288,16 @@ class OpenVLASpec(SpecBase):
 
     @property
     def token_vocab(self) -> int:
+        return self.first_action_token
+
+    @property
+    def first_action_token(self) -> int:
+        """The id of action token 0: the last ``bins`` ids of the vocabulary are the action bins."""
         return self.llm.vocab - self.action.bins
+
+    def actions_from_tokens(self, tokens: Any, chunk: int) -> Any:
+        """The chunk decoded ``tokens`` (B, chunk × action_dim) stand for: each the centre of its bin."""
+        return bin_actions(tokens, self.action.bins, self.action.chunk, self.action.action_dim)
 
     @property
     def parallel(self) -> bool:
@@ -327,7 +337,16 @@ class Pi0FastSpec(VisionLanguageSpec):
 
     @property
     def token_vocab(self) -> int:
+        return self.first_action_token
+
+    @property
+    def first_action_token(self) -> int:
+        """The id of FAST token 0: the FAST vocabulary sits below the ``skip_tokens`` last ids."""
         return self.llm.vocab - self.action.fast_vocab - self.action.skip_tokens
+
+    def actions_from_tokens(self, tokens: Any, chunk: int) -> Any:
+        """The ``chunk`` actions decoded FAST ``tokens`` stand for (quantized DCT coefficients, inverted)."""
+        return fast_actions(tokens, self.action.fast_vocab, chunk, self.action.action_dim)
 
     @property
     def action_loop(self) -> ActionLoopKind:
@@ -345,8 +364,7 @@ class Pi0FastSpec(VisionLanguageSpec):
 
 
 SPEC_CLASSES: list[type[SpecBase]] = [FlowVLASpec, Gr00tSpec, OpenVLASpec, Pi0FastSpec, ActSpec, DiffusionPolicySpec]
-"""Every model family's spec class, one registration each (its ``family`` literal names the families it configures):
-model YAML files are read against them, and ``families()`` lists them."""
+"""Every family's spec class, one registration each: model YAML files are read against them; families() lists them."""
 ModelSpec = Annotated[reduce(or_, SPEC_CLASSES), Field(discriminator="family")]
 
 
