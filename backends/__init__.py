@@ -1,13 +1,14 @@
-"""Runtime adapters behind one interface (see ``base.py``)."""
+"""Runtime adapters behind one interface (see ``base.py``), one folder each; ``BACKENDS`` is the one list of them
+(the CLI's help, provenance's libraries and the site's labels are read from it)."""
 
 from __future__ import annotations
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
-from vlabench.backends.openvino_backend import OpenVinoBackend
-from vlabench.backends.tensorrt_backend import TensorRtBackend
-from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_compile_backend import TorchCompileBackend
+from vlabench.backends.onnxruntime.backend import OnnxRuntimeBackend
+from vlabench.backends.openvino.backend import OpenVinoBackend
+from vlabench.backends.tensorrt.backend import TensorRtBackend
+from vlabench.backends.torch.backend import TorchBackend
+from vlabench.backends.torch_compile.backend import TorchCompileBackend
 from vlabench.errors import unknown_name
 
 __all__ = [

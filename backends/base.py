@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import Tensor
 
-from vlabench.errors import UnavailableError
+from vlabench.errors import InputError, UnavailableError
 from vlabench.measure.policy import PreparedPolicy
 from vlabench.models.replicas import Observation
 from vlabench.models.specs import ModelSpec
@@ -19,7 +20,7 @@ from vlabench.vocab import Precision
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """Backend-specific knobs from the run config."""
+    """The backend flags of a run, as given; each backend reads and validates its own (``Backend.Options``)."""
 
     ep: str | None = None  # onnxruntime execution provider
     device_target: str | None = None  # openvino device: CPU, GPU, NPU, ...
@@ -30,10 +31,22 @@ class BackendOptions:
     quant_scheme: str | None = None  # int8: how it is quantized (``Backend.int8_schemes``); None: the default
 
 
+class NoOptions(BaseModel):
+    """The options model of a backend with no flags of its own; a backend's ``Options`` extends it with the
+    ``BackendOptions`` fields it reads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
 class Backend(ABC):
     """A runtime adapter. Its capabilities are class attributes, read by the planner and the profiler."""
 
     name: str
+    runtime_library: ClassVar[str]
+    """The library that executes the prepared policy (a distribution name): provenance records its version, and the
+    site labels the run's software stack with it."""
+    Options: ClassVar[type[NoOptions]] = NoOptions
+    """This backend's own options: the run's flags it reads, validated by ``own_options``."""
     is_reference: ClassVar[bool] = False
     """The exact path (at fp32) every other run's actions are gated against. Not inherited: a subclass of the
     reference backend is a variant of it, and gated like any other."""
@@ -61,7 +74,18 @@ class Backend(ABC):
             cls.is_reference = False
 
     @classmethod
+    def own_options(cls, flags: BackendOptions) -> NoOptions:
+        """The flags this backend reads, validated by its ``Options`` model (InputError when one is invalid)."""
+        try:
+            return cls.Options.model_validate({name: getattr(flags, name) for name in cls.Options.model_fields})
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise InputError(f"backend '{cls.name}': {problems}") from None
+
+    @classmethod
     def from_options(cls, options: BackendOptions) -> Backend:
+        """The backend for a run's flags; one with options builds itself from ``own_options``."""
+        cls.own_options(options)
         return cls()
 
     @classmethod

@@ -27,7 +27,7 @@ from rich.table import Table
 from torch import nn
 
 from vlabench.atomic import atomic_write_json
-from vlabench.backends.torch_quantize import Quantizer
+from vlabench.backends.torch.quantize import Quantizer
 from vlabench.hardware.detection import read_cpu_flags, read_cpu_model
 from vlabench.hardware.isa_cap import CAPS, emulation_entry, run_capped
 from vlabench.kernels import amx_int8

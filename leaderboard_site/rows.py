@@ -13,6 +13,7 @@ import pandas as pd
 
 from vlabench.analysis.cet import CostAssumptions
 from vlabench.analysis.served_cost import COLUMNS as SERVED_COLUMNS
+from vlabench.backends import BACKENDS
 from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
 from vlabench.results.aggregate import results_frame
@@ -130,14 +131,12 @@ def clean(value: Any) -> Any:
     return value
 
 
-RUNTIME_LIBRARIES = ("onnxruntime", "openvino", "tensorrt")
-
-
 def software_stack(result: RunResult) -> str:
-    """The runtime that executed the run and its version, as MLPerf and ML.ENERGY list it (torch for torch backends)."""
-    libraries = result.provenance.libraries
-    runtime = next((name for name in RUNTIME_LIBRARIES if result.backend.startswith(name)), "torch")
-    version = libraries.get(runtime)
+    """The runtime that executed the run and its version, as MLPerf and ML.ENERGY list it: the backend's
+    ``runtime_library`` (the backend's own name for one no longer registered)."""
+    backend = BACKENDS.get(result.backend)
+    runtime = backend.runtime_library if backend else result.backend
+    version = result.provenance.libraries.get(runtime)
     return f"{runtime} {version}" if version else runtime
 
 

@@ -290,7 +290,7 @@ def test_unavailable_names_the_missing_cpu_flags(monkeypatch):
 
 
 def test_the_int8_scheme_takes_the_first_kernel_path_that_runs_and_says_why_not_the_others(monkeypatch):
-    from vlabench.backends import torch_quantize
+    import vlabench.backends.torch.quantize as torch_quantize
 
     reasons = {"amx": "no AMX on this CPU", "vnni": None, "avx2": None}
     monkeypatch.setattr(amx_int8, "unavailable_reason", lambda isa="amx": reasons[isa])
@@ -385,7 +385,7 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, scheme, tiny_inputs):
     AVX2 (which takes the vision towers' unmasked attention)."""
     pytest.importorskip("torchao")
     from tests.quantized_reference import check, run_against_reference
-    from vlabench.backends.torch_backend import TorchBackend
+    from vlabench.backends.torch.backend import TorchBackend
     from vlabench.kernels.amx_attention import AmxAttention
     from vlabench.kernels.int8_attention import Int8Attention
 
@@ -429,7 +429,7 @@ def test_the_kernel_scheme_runs_bf16_float_parts_behind_an_fp32_boundary(tiny_in
     """Inputs and velocities stay fp32 for the run; the cache between them is the replica's float dtype (bf16 on
     every CPU with AVX512-BF16); torchao's scheme stays fp32 throughout."""
     pytest.importorskip("torchao")
-    from vlabench.backends.torch_backend import TorchBackend
+    from vlabench.backends.torch.backend import TorchBackend
 
     spec, workload, obs, noise = tiny_inputs("smolvla-tiny")
     policy = TorchBackend(quant_scheme=DEFAULT_ISA).prepare(spec, workload, CPU, "int8", 0)
@@ -448,9 +448,9 @@ def test_the_vnni_scheme_without_native_bf16_keeps_the_float_parts_in_fp32(monke
     """On a VNNI CPU without AVX512-BF16 (a Cascade Lake: this CPU's flags less avx512_bf16) the scheme's float
     parts and the kernel's activations are fp32, the scheme says so, and the actions pass the int8 gate."""
     pytest.importorskip("torchao")
+    import vlabench.backends.torch.quantize as torch_quantize
     from tests.quantized_reference import check, run_against_reference
-    from vlabench.backends import torch_quantize
-    from vlabench.backends.torch_backend import TorchBackend
+    from vlabench.backends.torch.backend import TorchBackend
 
     flags = amx_int8.read_cpu_flags() - {"avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"}
     monkeypatch.setattr(amx_int8, "read_cpu_flags", lambda: flags)
@@ -470,8 +470,8 @@ def test_the_vnni_scheme_without_native_bf16_keeps_the_float_parts_in_fp32(monke
 def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
     """The compiled int8 replica runs the same kernel and bf16 float parts as eager, inside the int8 gate."""
     from tests.quantized_reference import run_against_reference
-    from vlabench.backends.torch_backend import TorchBackend
-    from vlabench.backends.torch_compile_backend import TorchCompileBackend
+    from vlabench.backends.torch.backend import TorchBackend
+    from vlabench.backends.torch_compile.backend import TorchCompileBackend
 
     spec, workload = tiny_inputs(name)[:2]
     compiled = TorchCompileBackend().prepare(spec, workload, CPU, "int8", 0)

@@ -5,7 +5,7 @@ import torch
 from typer.testing import CliRunner
 
 from vlabench.analysis.cet import rank
-from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
+from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import execute_many, plan_run
 from vlabench.config import RunConfig

@@ -5,6 +5,7 @@ from importlib import resources
 
 import pytest
 
+from vlabench.backends import BACKENDS
 from vlabench.hardware.devices import (
     DeviceProfile,
     Figure,
@@ -13,8 +14,9 @@ from vlabench.hardware.devices import (
     profile_names,
     profile_present,
 )
+from vlabench.telemetry.energy.select import sensor_names
 
-BACKENDS = {"torch", "torch-compile", "onnxruntime", "openvino", "tensorrt"}
+UNREAD_SENSORS = {"npu-smi"}  # sensors a profile lists that no energy meter reads yet
 KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 # XPU paper (arXiv 2604.24447) Table 10: peak dense 16-bit TFLOP/s, memory GB, bandwidth GB/s.
@@ -148,7 +150,8 @@ def test_datasheet_profiles_are_complete(name):
     assert profile.price is not None
     assert profile.price.url.startswith("https://") and profile.price.date and profile.price.source
     assert profile.sensors and "external-csv" in profile.sensors
-    assert profile.backends and set(profile.backends) <= BACKENDS
+    assert profile.backends and set(profile.backends) <= set(BACKENDS)
+    assert set(profile.sensors) <= sensor_names() | UNREAD_SENSORS
     assert profile.notes
 
 

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from vlabench.atomic import WriteError, atomic_write_json, atomic_write_text, remove_stale, unsaved_path
 from vlabench.backends import BACKENDS
-from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
+from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import ConfiguredRun, Subprocess, save_result
 from vlabench.config import RunConfig

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-import vlabench.backends.torch_quantize as torch_quantize
+import vlabench.backends.torch.quantize as torch_quantize
 import vlabench.optimizations.closed_loop.train as train_module
 from vlabench.cli.app import app
 from vlabench.kernels import amx_int8

@@ -19,11 +19,11 @@ from vlabench.results.schema import load_result
 pytest.importorskip("torchao")
 
 from tests.quantized_reference import run_against_reference
-from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
-from vlabench.backends.openvino_backend import OpenVinoBackend
-from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_quant_layers import fp8_takes, int4_group
-from vlabench.backends.torch_quantize import CastLinear, Quantizer, cuda_quantized_precisions
+from vlabench.backends.onnxruntime.backend import OnnxRuntimeBackend
+from vlabench.backends.openvino.backend import OpenVinoBackend
+from vlabench.backends.torch.backend import TorchBackend
+from vlabench.backends.torch.quant_layers import fp8_takes, int4_group
+from vlabench.backends.torch.quantize import CastLinear, Quantizer, cuda_quantized_precisions
 
 CPU = torch.device("cpu")
 FAMILIES = [

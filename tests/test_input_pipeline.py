@@ -16,7 +16,6 @@ from vlabench.models.input_pipeline import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     INSTRUCTIONS,
-    PIXELS,
     InputPipeline,
     raw_observation,
 )
@@ -39,7 +38,6 @@ def pipeline_for(name: str, dtype: torch.dtype = torch.float32) -> tuple[InputPi
 def test_every_family_gets_what_its_replica_takes(name):
     spec = load_model_spec(name)
     pipeline, workload = pipeline_for(name)
-    assert spec.family in PIXELS
     obs = pipeline.preprocess(raw_observation(workload, 3))
     reference = synthetic_observation(spec, workload, 3, torch.float32, CPU)
     for field in ("images", "language_tokens", "language_mask", "state"):

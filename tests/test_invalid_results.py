@@ -13,7 +13,7 @@ from test_site import Tab, board_data, browser  # noqa: F401  (the browser fixtu
 from typer.testing import CliRunner
 
 import vlabench.measure.timing
-from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
+from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import execute_many, plan_run
 from vlabench.config import RunConfig

@@ -143,7 +143,7 @@ def test_a_capped_torch_int8_run_of_every_other_family_takes_the_avx2_path(name,
 def test_openvino_ptq_takes_the_overflow_fix_only_without_vnni(monkeypatch):
     """Without an int8 dot product into int32 (VNNI, AMX) every layer's weights go to 7 bits, and the choice is part
     of the quantized graph's cache key and of the recorded scheme."""
-    from vlabench.backends import openvino_quantize
+    import vlabench.backends.openvino.quantize as openvino_quantize
 
     monkeypatch.setattr(openvino_quantize, "read_cpu_flags", lambda: {"avx2", "fma"})
     avx2 = openvino_quantize.scheme_identity("int8", "ptq", 0)

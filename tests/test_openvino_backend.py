@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from vlabench.backends.base import BackendOptions
-from vlabench.backends.openvino_backend import OpenVinoBackend
-from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.openvino.backend import OpenVinoBackend
+from vlabench.backends.torch.backend import TorchBackend
 from vlabench.errors import UnavailableError
 from vlabench.measure.action_loops import EulerLoop
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlabench.backends import openvino_quantize
-from vlabench.backends.openvino_backend import OpenVinoBackend
+import vlabench.backends.openvino.quantize as openvino_quantize
+from vlabench.backends.openvino.backend import OpenVinoBackend
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import cpu_has_native_bf16
 from vlabench.measure.action_loops import make_action_loop
@@ -111,7 +111,7 @@ def test_corrupted_compressed_weights_fail_the_gate(tiny_inputs):
 
 
 def test_quantized_precisions_need_nncf(tiny_inputs, monkeypatch):
-    monkeypatch.setattr("vlabench.backends.openvino_backend.nncf_missing", lambda: "needs NNCF: pip install nncf")
+    monkeypatch.setattr("vlabench.backends.openvino.backend.nncf_missing", lambda: "needs NNCF: pip install nncf")
     backend = OpenVinoBackend()
     assert "int8" not in backend.precisions(CPU) and "fp32" in backend.precisions(CPU)
     spec, workload, _, _ = tiny_inputs("smolvla-tiny")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import vlabench.commands.run.precision_auto as precision_auto
 from vlabench.backends import BACKENDS
-from vlabench.backends.torch_backend import TorchBackend, TorchPolicy
+from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import plan_run
 from vlabench.commands.run.precision_auto import ProbedPrecision, candidates, native_reason, pick

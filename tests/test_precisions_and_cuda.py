@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from vlabench.backends import get_backend
-from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.torch.backend import TorchBackend
 from vlabench.commands.run import execute, plan_run
 from vlabench.config import RunConfig
 from vlabench.measure.action_loops import EulerLoop

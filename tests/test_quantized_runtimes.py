@@ -18,12 +18,12 @@ from vlabench.models.workload import Workload
 pytest.importorskip("torchao")
 pytest.importorskip("onnxruntime")
 
+import vlabench.backends.onnxruntime.quantize as onnxruntime_quantize
 from tests.quantized_reference import check, run_against_reference
-from vlabench.backends import onnxruntime_quantize
 from vlabench.backends.onnx_export import export_onnx
-from vlabench.backends.onnxruntime_backend import OnnxRuntimeBackend
-from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_quantize import Int4PackedLinear, quantized_precisions
+from vlabench.backends.onnxruntime.backend import OnnxRuntimeBackend
+from vlabench.backends.torch.backend import TorchBackend
+from vlabench.backends.torch.quantize import Int4PackedLinear, quantized_precisions
 
 CPU = torch.device("cpu")
 

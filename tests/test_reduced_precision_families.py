@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vlabench.backends.torch_backend import TorchPolicy
+from vlabench.backends.torch.backend import TorchPolicy
 from vlabench.measure.action_loops import make_action_loop
 from vlabench.measure.timing import plain_inference
 from vlabench.models.replicas import build_replica

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vlabench.backends import tensorrt_backend
-from vlabench.backends.tensorrt_backend import (
+import vlabench.backends.tensorrt.backend as tensorrt_backend
+from vlabench.backends.tensorrt.backend import (
     NO_GPU,
     NOT_INSTALLED,
     TensorRtBackend,
@@ -16,7 +16,7 @@ from vlabench.backends.tensorrt_backend import (
     parse_onnx,
     torch_dtype,
 )
-from vlabench.backends.torch_backend import TorchBackend
+from vlabench.backends.torch.backend import TorchBackend
 from vlabench.errors import UnavailableError
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.specs import load_model_spec

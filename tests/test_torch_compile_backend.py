@@ -3,8 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from vlabench.backends.base import BackendOptions
-from vlabench.backends.torch_backend import TorchBackend
-from vlabench.backends.torch_compile_backend import COMPILE_MODES, CPU_INFERENCE, CompiledPolicy, TorchCompileBackend
+from vlabench.backends.torch.backend import TorchBackend
+from vlabench.backends.torch_compile.backend import COMPILE_MODES, CPU_INFERENCE, CompiledPolicy, TorchCompileBackend
 from vlabench.errors import InputError, UnavailableError
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.models.replicas import build_replica

@@ -191,7 +191,8 @@ class RunConfig(BaseModel):
     threads: StrictInt | None = bounded("threads", None, "torch intra-op threads; None: torch's default")
     out: Path = Path("results")
     energy_meter: str = Field(
-        default="auto", description="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated, none"
+        default="auto",
+        description="auto, an energy meter by its sensor's name (`vlabench run --help`), estimated, none",
     )
     energy_log: Path | None = Field(default=None, description="CSV power log of an external (wall) meter")
     energy_window_s: StrictFloat = bounded("energy_window_s", 2.0, "energy is measured over whole inferences ≥ this")

@@ -192,12 +192,27 @@ def load_yaml_file(path: Path, schema: type[Model] | TypeAdapter, what: str, emp
     return parse_yaml(read_text_file(path, what), schema, str(path), what, empty_ok=empty_ok)
 
 
+USER_PROFILES = "VLABENCH_PROFILES"
+"""A folder laid out like ``profiles/`` (``models/``, ``devices/``) whose YAML files join those shipped with
+vlabench: a model or device of one's own without editing the installed package (a name there shadows a shipped one)."""
+
+
+def _user_folder(folder: str) -> Path | None:
+    root = os.environ.get(USER_PROFILES)
+    return Path(root) / folder if root and (Path(root) / folder).is_dir() else None
+
+
 def packaged_names(folder: str) -> list[str]:
-    """Names of the ``profiles/<folder>/*.yaml`` files shipped with vlabench."""
-    root = resources.files("vlabench.profiles").joinpath(folder)
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    """Names of the ``profiles/<folder>/*.yaml`` files shipped with vlabench and in ``$VLABENCH_PROFILES/<folder>``."""
+    roots = [resources.files("vlabench.profiles").joinpath(folder), _user_folder(folder)]
+    return sorted(
+        {p.name.removesuffix(".yaml") for root in roots if root for p in root.iterdir() if p.name.endswith(".yaml")}
+    )
 
 
 def load_packaged(folder: str, name: str, schema: type[Model] | TypeAdapter, what: str) -> Model:
+    user = _user_folder(folder)
+    if user is not None and (user / f"{name}.yaml").is_file():
+        return load_yaml_file(user / f"{name}.yaml", schema, what)
     text = resources.files("vlabench.profiles").joinpath(folder, f"{name}.yaml").read_text()
     return parse_yaml(text, schema, f"profiles/{folder}/{name}.yaml", what)

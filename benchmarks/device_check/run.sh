@@ -365,7 +365,7 @@ step_quant() {  # the torch backend's quantized precisions, each gated against f
     wants quant || return 0
     # from /, so the repository's vlabench/ folder (which lacks backends/, mapped by package-dir) does not shadow
     # the installed package
-    declared=" $(cd / && "$tool_python" -c 'import sys, torch; from vlabench.backends.torch_backend import TorchBackend
+    declared=" $(cd / && "$tool_python" -c 'import sys, torch; from vlabench.backends.torch.backend import TorchBackend
 print(" ".join(TorchBackend().precisions(torch.device(sys.argv[1]))))' "$device" 2>&1 | tail -n 1) "
     for p in $quant_precisions; do
         if [[ "$declared" != *" $p "* ]]; then  # e.g. fp8 below compute capability 8.9, int4 below 8.0

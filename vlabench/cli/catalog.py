@@ -12,6 +12,7 @@ import typer
 from vlabench.cli.options import contextual, run_option
 from vlabench.cli.views.console import stderr, stdout, warn_skipped, write_json
 from vlabench.errors import InputError
+from vlabench.models.specs import families
 
 if TYPE_CHECKING:
     from vlabench.analysis.cet import ExecutionModel
@@ -29,6 +30,9 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
         write_json(json.dumps(rows, indent=2))
     else:
         stdout.print(models_table(rows))
+
+
+models.__doc__ = f"{models.__doc__} Families: {', '.join(families())}."  # the registered ones
 
 
 def devices(

@@ -12,8 +12,10 @@ import typer
 
 import vlabench.cli.serving_options as serving
 from vlabench.cli.options import (
+    ENERGY_METER_HELP,
     RUN_DEFAULTS,
     ActionsPerChunkFlag,
+    BackendsFlag,
     BatchFlag,
     Bounds,
     CamerasFlag,
@@ -24,6 +26,7 @@ from vlabench.cli.options import (
     EnergyOption,
     EpFlag,
     ExecutionFlag,
+    FuseDenoiseLoopFlag,
     FuseExpertKvFlag,
     MaxWaitFlag,
     ModelFlag,
@@ -59,12 +62,7 @@ def run(
     ctx: typer.Context,
     model: ModelFlag = RUN_DEFAULTS.model,
     device: DeviceFlag = RUN_DEFAULTS.device,
-    backend: Annotated[
-        str,
-        TargetOption(
-            "--backend", "-b", help="torch, torch-compile, onnxruntime, openvino, tensorrt; a comma list; or all."
-        ),
-    ] = RUN_DEFAULTS.backend,
+    backend: BackendsFlag = RUN_DEFAULTS.backend,
     ep: EpFlag = None,
     device_target: DeviceTargetFlag = None,
     precision: PrecisionFlag = None,
@@ -164,9 +162,7 @@ def run(
     ] = RUN_DEFAULTS.control_hz,
     execution: ExecutionFlag = RUN_DEFAULTS.execution,
     actions_per_chunk: ActionsPerChunkFlag = None,
-    energy_meter: Annotated[
-        str, EnergyOption(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
-    ] = RUN_DEFAULTS.energy_meter,
+    energy_meter: Annotated[str, EnergyOption(help=ENERGY_METER_HELP)] = RUN_DEFAULTS.energy_meter,
     energy_log: Annotated[
         Path | None, EnergyOption(help="CSV log (timestamp,watts) of an external power meter covering the run.")
     ] = None,
@@ -204,12 +200,7 @@ def run(
     ] = RUN_DEFAULTS.usd_per_kwh,
     dp_cache: DpCacheFlag = None,
     fuse_expert_kv: FuseExpertKvFlag = False,
-    fuse_denoise_loop: Annotated[
-        bool,
-        OptimizationOption(
-            "--fuse-denoise-loop", help="torch-compile on CUDA: replay the whole denoise loop as a CUDA graph."
-        ),
-    ] = False,
+    fuse_denoise_loop: FuseDenoiseLoopFlag = False,
     measure_ceilings: Annotated[
         bool,
         OptimizationOption(

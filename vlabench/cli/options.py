@@ -18,7 +18,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from vlabench.backends import BACKENDS
 from vlabench.config import LIMITS, OPEN_BELOW, RunConfig, describe_range
+from vlabench.telemetry.energy.select import meter_choices
 
 RUN_DEFAULTS = RunConfig()
 
@@ -101,16 +103,19 @@ def run_option(field: str, *decls: str, option: Callable[..., Any] = typer.Optio
 
 ModelFlag = Annotated[str, TargetOption("--model", "-m", help="Model name (see `vlabench models`).")]
 DeviceFlag = Annotated[str, TargetOption("--device", "-d", help="Device profile or alias: auto, cpu, cuda, jetson, …")]
-OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help="One backend.")]
+OneBackendFlag = Annotated[str, TargetOption("--backend", "-b", help=f"One backend: {', '.join(BACKENDS)}.")]
+BackendsFlag = Annotated[str, TargetOption("--backend", "-b", help=f"{', '.join(BACKENDS)}; a comma list; or all.")]
+ENERGY_METER_HELP = f"{', '.join(meter_choices()[:-1])} or {meter_choices()[-1]}."
+"""``--energy-meter``'s choices, from the meter registry (``telemetry/energy/select.py``)."""
 EpFlag = Annotated[str | None, TargetOption(help="onnxruntime execution provider: cpu, cuda, tensorrt, …")]
 DeviceTargetFlag = Annotated[str | None, TargetOption(help=contextual("OpenVINO device: CPU, GPU, NPU, AUTO.", "CPU"))]
 QuantSchemeFlag = Annotated[
     str | None,
     TargetOption(
         help=contextual(
-            "How int8 is quantized: openvino ptq (weights and activations) or weights (weight-only); onnxruntime "
-            "dynamic or qdq (static, calibrated); torch and torch-compile amx, vnni or avx2 (vlabench's int8 kernel "
-            "paths) or torchao.",
+            "How int8 is quantized, per backend: "
+            + "; ".join(f"{name} {', '.join(b.int8_schemes)}" for name, b in BACKENDS.items() if b.int8_schemes)
+            + ".",
             "each backend's first",
         )
     ),
@@ -201,7 +206,17 @@ DpCacheFlag = Annotated[
 FuseExpertKvFlag = Annotated[
     bool,
     OptimizationOption(
-        "--fuse-expert-kv", help="torch, torch-compile: compute the expert's prefix K/V work once per inference."
+        "--fuse-expert-kv",
+        help=f"{', '.join(name for name, b in BACKENDS.items() if b.fuses_expert_kv)}: compute the expert's prefix "
+        "K/V work once per inference.",
+    ),
+]
+FuseDenoiseLoopFlag = Annotated[
+    bool,
+    OptimizationOption(
+        "--fuse-denoise-loop",
+        help=f"{', '.join(n for n, b in BACKENDS.items() if b.captures_graphs)} on CUDA: replay the whole denoise "
+        "loop as a CUDA graph.",
     ),
 ]
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from vlabench.cli.options import (
+    ENERGY_METER_HELP,
     RUN_DEFAULTS,
     BatchFlag,
     Bounds,
@@ -51,9 +52,7 @@ def serve_policy(
     min_duration_s: Annotated[
         float, run_option("min_duration_s", "--min-duration", option=TimingOption, help="Baseline pass, s.")
     ] = RUN_DEFAULTS.min_duration_s,
-    energy_meter: Annotated[
-        str, typer.Option(help="auto, nvml, jetson-ina3221, tegrastats, rapl, estimated or none.")
-    ] = RUN_DEFAULTS.energy_meter,
+    energy_meter: Annotated[str, typer.Option(help=ENERGY_METER_HELP)] = RUN_DEFAULTS.energy_meter,
     tls_cert: ServeTlsCertFlag = None,
     tls_key: ServeTlsKeyFlag = None,
     tls_ca: ServeTlsCaFlag = None,

@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.detection import HostInfo, detect_host
@@ -46,7 +46,10 @@ class Detection(BaseModel):
 
 
 PeakPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
-SensorName = Literal["nvml", "jetson-ina3221", "tegrastats", "rapl", "npu-smi", "external-csv"]
+SensorName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+"""A power sensor the device has, by the name of the energy meter that reads it (``EnergyMeter.sensor``). The meters
+are registered in telemetry (a layer above), so the name is checked there: ``telemetry.energy.select.sensor_names``
+(a sensor no meter reads yet, such as ``npu-smi``, is noted when a run picks its meter)."""
 
 
 class Price(BaseModel):

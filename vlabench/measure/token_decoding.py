@@ -1,41 +1,14 @@
-"""Greedy decoding of action tokens (OpenVLA, π0-FAST) and the maps from tokens back to an action chunk."""
+"""Greedy decoding of action tokens (OpenVLA, π0-FAST); each family maps its tokens back to an action chunk
+(``actions_from_tokens``, rules in ``models/token_rules.py``)."""
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 
-from vlabench.models.specs import ModelSpec, OpenVLASpec, Pi0FastSpec
-
-FAST_SCALE = 10.0  # FAST rounds scale × DCT coefficients to integers (openpi / lerobot FAST tokenizer default)
-
-
-def dct_matrix(size: int) -> Tensor:
-    """Orthonormal DCT-II matrix: coefficients = M @ signal, signal = M.T @ coefficients."""
-    n = torch.arange(size, dtype=torch.float64)
-    matrix = torch.cos(math.pi / size * (n[None, :] + 0.5) * n[:, None]) * math.sqrt(2 / size)
-    matrix[0] /= math.sqrt(2)
-    return matrix.float()
-
-
-def bin_actions(indices: Tensor, spec: OpenVLASpec) -> Tensor:
-    """OpenVLA: token k of the last ``bins`` ids is the k-th of ``bins`` uniform values in [-1, 1]."""
-    values = torch.linspace(-1, 1, spec.action.bins, device=indices.device)[indices]
-    return values.reshape(indices.shape[0], spec.action.chunk, spec.action.action_dim)
-
-
-def fast_actions(indices: Tensor, spec: Pi0FastSpec, chunk: int) -> Tensor:
-    """π0-FAST stand-in for the tokenizer's decode: each token is one quantized DCT coefficient (the BPE merge
-    table is a hub asset we cannot ship), filled in frequency-major order, then inverted along time."""
-    batch, count = indices.shape
-    dims = spec.action.action_dim
-    coefficients = torch.zeros(batch, chunk * dims, device=indices.device)
-    used = min(count, chunk * dims)
-    coefficients[:, :used] = (indices[:, :used].float() - spec.action.fast_vocab / 2) / FAST_SCALE
-    return dct_matrix(chunk).to(indices.device).t() @ coefficients.reshape(batch, chunk, dims)
+from vlabench.models.specs import ModelSpec
 
 
 class GreedyDecoder:
@@ -43,17 +16,13 @@ class GreedyDecoder:
     decodes one more through ``policy.decode_step`` and writes its K/V into the cache's static buffers."""
 
     def __init__(self, spec: ModelSpec, steps: int) -> None:
-        if not isinstance(spec, OpenVLASpec | Pi0FastSpec):
+        if spec.action_loop != "greedy_decode":
             raise TypeError(f"{spec.name} does not decode tokens")
         self.spec = spec
         self.steps = steps
         self.schedule = None
         self.computed = frozenset(range(steps))
-        vocab = spec.llm.vocab
-        if isinstance(spec, OpenVLASpec):
-            self.first_id = vocab - spec.action.bins
-        else:
-            self.first_id = vocab - spec.action.skip_tokens - spec.action.fast_vocab
+        self.first_id = spec.first_action_token
 
     def sample(self, policy, cache, noise: Tensor, step_span=None, steps: range | None = None, velocity=None) -> Tensor:
         return self.sample_partial(policy, cache, noise, step_span, steps, velocity)[0]
@@ -74,8 +43,4 @@ class GreedyDecoder:
             index = logits.argmax(-1)
             chosen.append(index)
         tokens = torch.stack(chosen, 1)
-        if isinstance(self.spec, OpenVLASpec):
-            actions = bin_actions(tokens, self.spec)
-        else:
-            actions = fast_actions(tokens, self.spec, x_t.shape[1])
-        return actions.to(x_t.dtype), None
+        return self.spec.actions_from_tokens(tokens, x_t.shape[1]).to(x_t.dtype), None

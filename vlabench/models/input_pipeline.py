@@ -25,18 +25,6 @@ CAMERA_FRAME = (480, 640)
 """A camera frame's height and width (the resolution lerobot's recorded robot datasets mostly use)."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-PIXELS: dict[str, tuple[str, str]] = {
-    # family → (how frames reach the model's size, the value range the vision tower takes)
-    "smolvla": ("pad", "symmetric"),  # SmolVLA resize_with_pad, SigLIP's [-1, 1]
-    "pi0": ("pad", "symmetric"),  # openpi resize_with_pad, PaliGemma's SigLIP
-    "pi05": ("pad", "symmetric"),
-    "pi0-fast": ("pad", "symmetric"),
-    "gr00t": ("stretch", "symmetric"),  # Eagle's SigLIP
-    "openvla": ("stretch", "imagenet"),  # Prismatic's resize to the backbone's square input
-    "openvla-oft": ("stretch", "imagenet"),
-    "act": ("stretch", "imagenet"),  # the ResNet-18 backbone's ImageNet statistics
-    "diffusion-policy": ("stretch", "imagenet"),
-}
 INSTRUCTIONS = (
     "pick up the red cube and place it in the bowl",
     "open the top drawer of the cabinet",
@@ -104,7 +92,7 @@ class InputPipeline:
     ):
         self.workload, self.dtype, self.device = workload, dtype, device
         self.size = (workload.image_size, workload.image_width or workload.image_size)
-        self.resize, self.range = PIXELS[spec.family]
+        self.resize, self.range = spec.pixels  # the family's rule (its spec class's)
         generator = torch.Generator().manual_seed(seed + 7919)
         states, actions = workload.frames * workload.state_dim, workload.action_dim
 

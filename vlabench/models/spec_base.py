@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -66,8 +66,25 @@ class TrainedPolicy(_Strict):
     training: str = Field(description="the committed script that reproduces it")
 
 
+class PixelRule(NamedTuple):
+    """How a family's camera frames reach the model: ``resize`` to its size (``pad``: resize with padding, keeping
+    the aspect ratio; ``stretch``), then the value ``range`` its vision tower takes (``symmetric``: [-1, 1];
+    ``imagenet``: ImageNet's mean and deviation)."""
+
+    resize: Literal["pad", "stretch"]
+    range: Literal["symmetric", "imagenet"]
+
+
 class SpecBase(_Strict):
-    """What every model family shares: identity, provenance, the observation it reads and the chunk it returns."""
+    """What every model family shares: identity, provenance, the observation it reads and the chunk it returns.
+
+    A family's spec class (its ``family`` literal, registered in ``specs.SPEC_CLASSES``) also carries the family's
+    rules as class attributes: ``pixels``, the input pipeline's rule for its frames, and ``replica``, its torch
+    module."""
+
+    pixels: ClassVar[PixelRule]
+    replica: ClassVar[str]
+    """The family's replica module, ``module:Class`` (imported when the model is built)."""
 
     name: str
     display_name: str

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Annotated, Literal
+from functools import cache, reduce
+from operator import or_
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, TypeAdapter, model_validator
 
 from vlabench.errors import unknown_name
-from vlabench.models.spec_base import ActionLoopKind, ActionSpec, SpecBase, _Strict
+from vlabench.models.spec_base import ActionLoopKind, ActionSpec, PixelRule, SpecBase, _Strict
 from vlabench.models.specs_visuomotor import ActSpec, DiffusionPolicySpec
+from vlabench.models.token_rules import bin_actions, fast_actions
 from vlabench.yaml_data import load_packaged, packaged_names, parse_yaml
 
 
@@ -111,6 +113,8 @@ class FlowVLASpec(VisionLanguageSpec):
     """SmolVLA, π0, π0.5: a VLM prefix whose per-layer K/V a flow-matching action expert reads at every step."""
 
     family: Literal["smolvla", "pi0", "pi05"]
+    pixels = PixelRule("pad", "symmetric")  # SmolVLA's and openpi's resize_with_pad, SigLIP's [-1, 1]
+    replica = "vlabench.models.replicas.flow_vla:FlowMatchingVLA"
     expert: ExpertSpec
     action: FlowActionSpec
 
@@ -195,6 +199,8 @@ class Gr00tSpec(VisionLanguageSpec):
     N1.5 runs a VL self-attention adapter once; a flow-matching DiT runs every step."""
 
     family: Literal["gr00t"]
+    pixels = PixelRule("stretch", "symmetric")  # Eagle's SigLIP
+    replica = "vlabench.models.replicas.gr00t:Gr00tPolicy"
     adapter: AdapterSpec | None = Field(default=None, description="N1.5's VL self-attention (N1.6 has none)")
     dit: DiTSpec
     head: Gr00tHeadSpec
@@ -254,6 +260,8 @@ class OpenVLASpec(SpecBase):
     with an L1-regression MLP head)."""
 
     family: Literal["openvla", "openvla-oft"]
+    pixels = PixelRule("stretch", "imagenet")  # Prismatic's resize to the backbone's square input
+    replica = "vlabench.models.replicas.autoregressive:OpenVLA"
     towers: tuple[ViTSpec, ViTSpec]
     llm: LanguageModelSpec
     action: OpenVLAActionSpec
@@ -280,7 +288,16 @@ class OpenVLASpec(SpecBase):
 
     @property
     def token_vocab(self) -> int:
+        return self.first_action_token
+
+    @property
+    def first_action_token(self) -> int:
+        """The id of action token 0: the last ``bins`` ids of the vocabulary are the action bins."""
         return self.llm.vocab - self.action.bins
+
+    def actions_from_tokens(self, tokens: Any, chunk: int) -> Any:
+        """The chunk decoded ``tokens`` (B, chunk × action_dim) stand for: each the centre of its bin."""
+        return bin_actions(tokens, self.action.bins, self.action.chunk, self.action.action_dim)
 
     @property
     def parallel(self) -> bool:
@@ -314,11 +331,22 @@ class Pi0FastSpec(VisionLanguageSpec):
     """π0-FAST: the π0 PaliGemma backbone decodes FAST action tokens (DCT coefficients, BPE-compressed)."""
 
     family: Literal["pi0-fast"]
+    pixels = PixelRule("pad", "symmetric")  # openpi's resize_with_pad, PaliGemma's SigLIP
+    replica = "vlabench.models.replicas.autoregressive:Pi0Fast"
     action: FastActionSpec
 
     @property
     def token_vocab(self) -> int:
+        return self.first_action_token
+
+    @property
+    def first_action_token(self) -> int:
+        """The id of FAST token 0: the FAST vocabulary sits below the ``skip_tokens`` last ids."""
         return self.llm.vocab - self.action.fast_vocab - self.action.skip_tokens
+
+    def actions_from_tokens(self, tokens: Any, chunk: int) -> Any:
+        """The ``chunk`` actions decoded FAST ``tokens`` stand for (quantized DCT coefficients, inverted)."""
+        return fast_actions(tokens, self.action.fast_vocab, chunk, self.action.action_dim)
 
     @property
     def action_loop(self) -> ActionLoopKind:
@@ -335,11 +363,24 @@ class Pi0FastSpec(VisionLanguageSpec):
         return f"{self.llm.layers} gemma layers", f"{self.action.steps + 1} greedy FAST tokens"
 
 
-ModelSpec = Annotated[
-    FlowVLASpec | Gr00tSpec | OpenVLASpec | Pi0FastSpec | ActSpec | DiffusionPolicySpec,
-    Field(discriminator="family"),
-]
-MODEL_SPEC = TypeAdapter(ModelSpec)
+SPEC_CLASSES: list[type[SpecBase]] = [FlowVLASpec, Gr00tSpec, OpenVLASpec, Pi0FastSpec, ActSpec, DiffusionPolicySpec]
+"""Every family's spec class, one registration each: model YAML files are read against them; families() lists them."""
+ModelSpec = Annotated[reduce(or_, SPEC_CLASSES), Field(discriminator="family")]
+
+
+@cache
+def _adapter(classes: tuple[type[SpecBase], ...]) -> TypeAdapter:
+    return TypeAdapter(Annotated[reduce(or_, classes), Field(discriminator="family")])
+
+
+def spec_adapter() -> TypeAdapter:
+    """Reads a model YAML into the spec class its ``family`` names, among those registered now."""
+    return _adapter(tuple(SPEC_CLASSES))
+
+
+def families() -> list[str]:
+    """Every registered family's name, in registration order."""
+    return [family for spec in SPEC_CLASSES for family in get_args(spec.model_fields["family"].annotation)]
 
 
 def model_names() -> list[str]:
@@ -352,8 +393,8 @@ def load_model_spec(name: str) -> ModelSpec:
     names = model_names()
     if name not in names:
         raise unknown_name("model", name, names)
-    return load_packaged("models", name, MODEL_SPEC, "model spec")
+    return load_packaged("models", name, spec_adapter(), "model spec")
 
 
 def parse_model_spec(text: str, origin: str) -> ModelSpec:
-    return parse_yaml(text, MODEL_SPEC, origin, "model spec")
+    return parse_yaml(text, spec_adapter(), origin, "model spec")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from vlabench.models.spec_base import ActionLoopKind, ActionSpec, DiffusionActionSpec, SpecBase, _Strict
+from vlabench.models.spec_base import ActionLoopKind, ActionSpec, DiffusionActionSpec, PixelRule, SpecBase, _Strict
 
 
 class ResNetSpec(_Strict):
@@ -61,6 +61,8 @@ class ActSpec(SpecBase):
     cross-attend to that memory in one pass."""
 
     family: Literal["act"]
+    pixels = PixelRule("stretch", "imagenet")  # the ResNet-18 backbone's ImageNet statistics
+    replica = "vlabench.models.replicas.act:ACTPolicy"
     backbone: ResNetSpec
     transformer: ActTransformerSpec
     action: ActionSpec
@@ -122,6 +124,8 @@ class DiffusionPolicySpec(SpecBase):
     condition once; a 1-D conditional U-Net predicts the noise at every DDPM/DDIM step."""
 
     family: Literal["diffusion-policy"]
+    pixels = PixelRule("stretch", "imagenet")
+    replica = "vlabench.models.replicas.diffusion_policy:DiffusionPolicy"
     backbone: ResNetSpec
     keypoints: int = Field(gt=0, description="spatial-softmax keypoints per camera")
     observation_frames: int = Field(gt=0, description="n_obs_steps")

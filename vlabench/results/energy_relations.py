@@ -9,7 +9,7 @@ import math
 from vlabench.errors import InputError
 from vlabench.hardware.devices import load_device_profile
 from vlabench.results.relation_terms import EXACT, Problems, RunResult, close
-from vlabench.telemetry.energy.select import LABEL_OF_METHOD
+from vlabench.telemetry.energy.select import label_of_method
 
 POWER_MARGIN = 2.0
 """Average power may exceed the device's TDP by this factor (a board measured whole, a short boost)."""
@@ -81,7 +81,7 @@ def label_relations(result: RunResult) -> Problems:
     energy, found = result.energy, []
     if energy is None:
         return found
-    expected = LABEL_OF_METHOD.get(energy.method)
+    expected = label_of_method(energy.method)
     if expected is not None and energy.label != expected:
         found.append(("energy.label", f"label of the method: {energy.method} energy is {expected}, not {energy.label}"))
     for key in ("method", "label"):

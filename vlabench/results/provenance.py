@@ -11,10 +11,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 import vlabench
+from vlabench.backends import BACKENDS
 from vlabench.hardware.detection import HostInfo
 from vlabench.hardware.isa_cap import recorded_caps
 
-TRACKED_LIBRARIES = ("torch", "numpy", "pydantic", "transformers", "onnxruntime", "openvino", "tensorrt")
+CORE_LIBRARIES = ("torch", "numpy", "pydantic", "transformers")
 
 
 class Provenance(BaseModel):
@@ -57,8 +58,9 @@ def git_state(source: Path) -> tuple[str | None, bool | None]:
 
 
 def library_versions() -> dict[str, str]:
+    """The versions of the core libraries and of every registered backend's runtime library, as installed here."""
     found = {}
-    for name in TRACKED_LIBRARIES:
+    for name in dict.fromkeys([*CORE_LIBRARIES, *(backend.runtime_library for backend in BACKENDS.values())]):
         try:
             found[name] = version(name)
         except PackageNotFoundError:

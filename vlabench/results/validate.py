@@ -12,7 +12,7 @@ from vlabench.results.artifacts import artifact_types
 from vlabench.results.header import RUN_KIND
 from vlabench.results.schema import RunResult
 from vlabench.results.store import UnreadableFile, json_files, read_json, survey
-from vlabench.telemetry.energy.select import LABEL_OF_METHOD
+from vlabench.telemetry.energy.select import label_of_method
 
 
 class Requirements(BaseModel):
@@ -129,7 +129,7 @@ def publication_problems(result: RunResult, requirements: Requirements) -> list[
     else:
         if not energy.method or not energy.scope:
             found.append(("energy.method", "the sensor method and scope must be declared"))
-        measured = energy.label == "measured" and LABEL_OF_METHOD.get(energy.method) == "measured"
+        measured = energy.label == "measured" and label_of_method(energy.method) == "measured"
         if requirements.require_measured_energy and not measured:
             found.append(("energy.label", f"{energy.label} ({energy.method}), not measured by a known sensor"))
     return found

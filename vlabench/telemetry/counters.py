@@ -18,7 +18,7 @@ from typing import IO, Any, ClassVar
 import torch
 
 from vlabench.errors import InputError, UnavailableError
-from vlabench.telemetry.energy.jetson import parse_tegrastats_line
+from vlabench.telemetry.energy.tegrastats import parse_tegrastats_line
 
 Clock = Callable[[], int]
 

@@ -34,7 +34,7 @@ class ReferenceChoice:
 
 def reference_candidates(device: torch.device) -> tuple[str, ...]:
     """``CANDIDATES`` the torch backend builds on ``device`` here (int8 needs torchao)."""
-    from vlabench.backends.torch_quantize import quantized_precisions
+    from vlabench.backends.torch.quantize import quantized_precisions
 
     quantized = quantized_precisions(device)
     return tuple(p for p in CANDIDATES if not Precision.is_quantized(p) or p in quantized)
@@ -70,7 +70,7 @@ def reference_builder(
 ) -> Callable[[], nn.Module] | None:
     """What builds a quantized reference (the torch backend's layer-by-layer build); None for a float one, which
     ``reference_actions`` builds itself."""
-    from vlabench.backends.torch_quantize import build_quantized_replica
+    from vlabench.backends.torch.quantize import build_quantized_replica
 
     if not Precision.is_quantized(precision):
         return None

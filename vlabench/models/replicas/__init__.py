@@ -24,22 +24,11 @@ __all__ = [
 ]
 
 INIT_STD = 0.02
-FAMILY_CLASSES = {
-    "smolvla": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
-    "pi0": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
-    "pi05": "vlabench.models.replicas.flow_vla:FlowMatchingVLA",
-    "gr00t": "vlabench.models.replicas.gr00t:Gr00tPolicy",
-    "openvla": "vlabench.models.replicas.autoregressive:OpenVLA",
-    "openvla-oft": "vlabench.models.replicas.autoregressive:OpenVLA",
-    "pi0-fast": "vlabench.models.replicas.autoregressive:Pi0Fast",
-    "act": "vlabench.models.replicas.act:ACTPolicy",
-    "diffusion-policy": "vlabench.models.replicas.diffusion_policy:DiffusionPolicy",
-}
 
 
 def replica_class(spec: ModelSpec) -> type[nn.Module]:
-    """The replica module of ``spec``'s family."""
-    module, name = FAMILY_CLASSES[spec.family].split(":")
+    """The replica module of ``spec``'s family (its spec class's ``replica``)."""
+    module, name = spec.replica.split(":")
     return getattr(import_module(module), name)
 
 

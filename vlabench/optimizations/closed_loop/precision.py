@@ -5,7 +5,7 @@ policy (``success_rate``), so its success is what that scheme does to the task:
 
 - ``bf16``: weights, buffers and activations in bf16; observations and noise enter in bf16 and the actions leave as
   fp32 for the environment (the sinusoidal time embedding is computed in fp32, then cast, as in the replicas).
-- ``int8`` / ``fp8`` / ``int4``: ``vlabench.backends.torch_quantize.Quantizer`` on the CPU, the transform a
+- ``int8`` / ``fp8`` / ``int4``: ``vlabench.backends.torch.quantize.Quantizer`` on the CPU, the transform a
   ``--backend torch --precision int8|fp8|int4`` run applies to its replica, module by module: each Linear it takes
   is replaced, the ones it declines (a shape the int4 kernels refuse) stay fp32, and activations between layers
   stay fp32.
@@ -86,7 +86,7 @@ def policy_at(policy: SmallFlowPolicy, precision: str) -> PolicyAtPrecision:
     if precision == "bf16":
         at = PolicyAtPrecision(model.to(torch.bfloat16), precision, BF16_SCHEME)
     else:
-        from vlabench.backends.torch_quantize import Quantizer
+        from vlabench.backends.torch.quantize import Quantizer
 
         quantizer = Quantizer(model.obs_mean.device, precision)  # UnavailableError: no scheme, or no torchao
         transform_modules(model, quantizer)

@@ -1,16 +1,10 @@
-"""Energy meters: NVML, Jetson INA3221 and tegrastats, RAPL, an external wall meter's log, and a labelled estimate."""
+"""Energy meters, one file each (NVML, Jetson INA3221, tegrastats, RAPL, an external wall meter's log, a labelled
+estimate), registered in ``select.py:METER_CLASSES``."""
 
 from vlabench.telemetry.energy.base import EnergyMeter, EnergyReading, PowerPoller, integrate_power
 from vlabench.telemetry.energy.estimated import EstimatedMeter, ProcessCpuUtilization
 from vlabench.telemetry.energy.external import ExternalCsvMeter, read_power_log
-from vlabench.telemetry.energy.jetson import (
-    JetsonInaMeter,
-    TegrastatsMeter,
-    TegrastatsSample,
-    discover_ina3221_rails,
-    parse_tegrastats_line,
-    select_total_rails,
-)
+from vlabench.telemetry.energy.jetson_ina import JetsonInaMeter, discover_ina3221_rails, select_total_rails
 from vlabench.telemetry.energy.nvml import (
     NvmlCounterUnsupportedError,
     NvmlEnergyCounterMeter,
@@ -20,6 +14,7 @@ from vlabench.telemetry.energy.nvml import (
     nvml_meter,
 )
 from vlabench.telemetry.energy.rapl import RaplMeter, discover_rapl_zones
+from vlabench.telemetry.energy.tegrastats import TegrastatsMeter, TegrastatsSample, parse_tegrastats_line
 
 __all__ = [
     "EnergyMeter",

@@ -9,7 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,10 +31,21 @@ class EnergyReading(BaseModel):
 class EnergyMeter(ABC):
     """Measures energy over windows opened by start() and closed by stop()."""
 
+    sensor: ClassVar[str | None] = None
+    """The sensor this meter reads, by the name device profiles list under ``sensors`` and ``--energy-meter`` takes;
+    None for a meter chosen otherwise (the estimate)."""
+    by_name: ClassVar[bool] = True
+    """``--energy-meter <sensor>`` (and ``auto``, for a profile listing the sensor) opens it; False for a meter
+    chosen by another flag (the external log's ``--energy-log``)."""
     method: str
     scope: str
     label: Literal["measured", "estimated"]
     sampling_period_s: float | None
+
+    @classmethod
+    def open(cls) -> EnergyMeter:
+        """The meter on this host's first such sensor (``--energy-meter <sensor>``; UnavailableError without one)."""
+        return cls()
 
     @abstractmethod
     def start(self) -> None: ...

@@ -117,6 +117,8 @@ class ExternalCsvMeter(EnergyMeter):
     The log is re-read at stop(); the meter's clock and this host's must agree (both UNIX time).
     """
 
+    sensor = "external-csv"
+    by_name = False  # --energy-log FILE
     method = "external-csv"
     scope = "wall"
     label = "measured"

@@ -93,7 +93,14 @@ def _name(pynvml: ModuleType, device: Any) -> str:
 
 
 class _NvmlMeter(EnergyMeter):
+    sensor = "nvml"
     label = "measured"
+
+    @classmethod
+    def open(cls) -> EnergyMeter:
+        """GPU 0's energy counter when it has one, else its power polled (``nvml_meter``)."""
+        return nvml_meter(0)
+
     scope = "gpu"
 
     def __init__(self, index: int) -> None:

@@ -70,6 +70,7 @@ class RaplMeter(EnergyMeter):
     hide more than one wrap-around of a counter between two reads.
     """
 
+    sensor = "rapl"
     method = "rapl"
     label = "measured"
     sampling_period_s = None

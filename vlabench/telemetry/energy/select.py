@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,18 +11,12 @@ from vlabench.hardware.devices import DeviceProfile
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.energy.estimated import EstimatedMeter
 from vlabench.telemetry.energy.external import ExternalCsvMeter
-from vlabench.telemetry.energy.jetson import JetsonInaMeter, TegrastatsMeter
-from vlabench.telemetry.energy.nvml import NvmlEnergyCounterMeter, NvmlPowerPollingMeter, nvml_meter
+from vlabench.telemetry.energy.jetson_ina import JetsonInaMeter
+from vlabench.telemetry.energy.nvml import NvmlEnergyCounterMeter, NvmlPowerPollingMeter
 from vlabench.telemetry.energy.rapl import RaplMeter
+from vlabench.telemetry.energy.tegrastats import TegrastatsMeter
 
-METERS: dict[str, Callable[[], EnergyMeter]] = {
-    "nvml": lambda: nvml_meter(0),
-    "jetson-ina3221": JetsonInaMeter,
-    "tegrastats": TegrastatsMeter,
-    "rapl": RaplMeter,
-}
-CHOICES = ("auto", *METERS, "estimated", "none")
-METER_CLASSES: tuple[type[EnergyMeter], ...] = (
+METER_CLASSES: list[type[EnergyMeter]] = [
     NvmlEnergyCounterMeter,
     NvmlPowerPollingMeter,
     JetsonInaMeter,
@@ -31,9 +24,31 @@ METER_CLASSES: tuple[type[EnergyMeter], ...] = (
     RaplMeter,
     ExternalCsvMeter,
     EstimatedMeter,
-)
-LABEL_OF_METHOD: dict[str, str] = {meter.method: meter.label for meter in METER_CLASSES}
-"""The label each meter's method gives its energy (measured by a sensor, or estimated): a result is read against it."""
+]
+"""Every energy meter, one registration each; the names, choices and labels below are read from it."""
+
+
+def meters() -> dict[str, type[EnergyMeter]]:
+    """The meters ``--energy-meter`` opens by their sensor's name (one class per sensor opens it)."""
+    return {meter.sensor: meter for meter in METER_CLASSES if meter.sensor and meter.by_name}
+
+
+def sensor_names() -> set[str]:
+    """The sensors a device profile may list: those some meter reads."""
+    return {meter.sensor for meter in METER_CLASSES if meter.sensor}
+
+
+def meter_choices() -> tuple[str, ...]:
+    """What ``--energy-meter`` takes."""
+    return ("auto", *meters(), "estimated", "none")
+
+
+def label_of_method(method: str) -> str | None:
+    """The label a meter's method gives its energy (measured by a sensor, or estimated): a result is read against
+    it (None for a method no registered meter has)."""
+    return next((meter.label for meter in METER_CLASSES if meter.method == method), None)
+
+
 ASSUMED_WATTS_PER_CORE = 6.0
 ASSUMED_IDLE_SHARE = 0.3
 
@@ -74,7 +89,7 @@ def estimate_inputs(
 
 def auto_order(profile: DeviceProfile) -> list[str]:
     """Measured sensors the profile lists, in the order they appear, else what its device type usually has."""
-    listed = [name for name in profile.sensors if name in METERS]
+    listed = [name for name in profile.sensors if name in meters()]
     if listed:
         return listed
     return {"cuda": ["nvml"], "cpu": ["rapl"]}.get(profile.torch_device, [])
@@ -88,8 +103,9 @@ def choose_meter(
     tdp_w: float | None = None,
     idle_w: float | None = None,
 ) -> MeterChoice:
-    if requested not in CHOICES:
-        raise unknown_name("energy meter", requested, CHOICES)
+    choices = meter_choices()
+    if requested not in choices:
+        raise unknown_name("energy meter", requested, choices)
     if energy_log is not None:
         if requested != "auto":
             raise InputError("--energy-log is an external meter's log; do not combine it with --energy-meter")
@@ -98,13 +114,14 @@ def choose_meter(
         return MeterChoice(external, [f"external power log {energy_log}"])
     if requested == "none":
         return MeterChoice(None, ["energy not measured (--energy-meter none)"])
-    if requested in METERS:
-        return MeterChoice(METERS[requested](), [])
-    notes = []
+    by_name = meters()
+    if requested in by_name:
+        return MeterChoice(by_name[requested].open(), [])
+    notes = [f"{name}: no energy meter reads this sensor" for name in profile.sensors if name not in sensor_names()]
     if requested == "auto":
         for name in auto_order(profile):
             try:
-                return MeterChoice(METERS[name](), [])
+                return MeterChoice(by_name[name].open(), [])
             except UnavailableError as exc:
                 notes.append(f"{name} unavailable: {exc}")
     inputs = estimate_inputs(profile, host, tdp_w, idle_w)

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica, quantized_precisions
+from vlabench.backends.base import Backend, BackendOptions, NoOptions, PreparedPolicy
+from vlabench.backends.torch.quantize import INT8_SCHEMES, build_torch_replica, quantized_precisions
 from vlabench.errors import UnavailableError
 from vlabench.hardware.targets import ENGINE_OF_TORCH_TYPE, ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
@@ -75,11 +75,18 @@ class TorchPolicy(PreparedPolicy):
         }
 
 
+class TorchOptions(NoOptions):
+    fuse_expert_kv: bool = False
+    quant_scheme: str | None = None  # CPU int8: one of INT8_SCHEMES; None: the first that runs here
+
+
 class TorchBackend(Backend):
     is_reference = True
     fuses_expert_kv = True
     int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
     name = "torch"
+    runtime_library = "torch"
+    Options = TorchOptions
     engines: ClassVar[dict[str, str]] = {
         "cpu": "on the host CPU",
         "cuda": "on CUDA",
@@ -93,7 +100,8 @@ class TorchBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchBackend:
-        return cls(options.fuse_expert_kv, options.quant_scheme)
+        own = cls.own_options(options)
+        return cls(own.fuse_expert_kv, own.quant_scheme)
 
     def __init__(self, fuse_expert_kv: bool = False, quant_scheme: str | None = None) -> None:
         self.fuse_expert_kv = fuse_expert_kv

@@ -15,7 +15,7 @@ Schemes (the ``quantization`` entry of a result's backend details says which ran
   keeps at its int8 backup (embeddings and the last layer, ``all_layers=False``). The CPU plugin may quantize the
   activations entering those matmuls to int8 at run time (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, recorded).
 
-The precision-sensitive ops ``openvino_ir`` pins to f32 are left out of quantization (an ignored scope).
+The precision-sensitive ops ``openvino.ir`` pins to f32 are left out of quantization (an ignored scope).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from vlabench.backends.onnx_export import cache_root
-from vlabench.backends.openvino_ir import IR_FORMAT, IrModel, cached_ir, ir_key, openvino_version
+from vlabench.backends.openvino.ir import IR_FORMAT, IrModel, cached_ir, ir_key, openvino_version
 from vlabench.errors import UnavailableError
 from vlabench.hardware.detection import INT8_DOT_FLAGS, read_cpu_flags
 

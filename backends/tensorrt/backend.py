@@ -146,6 +146,7 @@ class TensorRtBackend(Backend):
     exports_graphs = True
     runtime_bytes = 1024 * 2**20  # the builder's workspace
     name = "tensorrt"
+    runtime_library = "tensorrt"
     engines: ClassVar[dict[str, str]] = {"cuda": "on CUDA (TensorRT engines)"}
 
     @classmethod

@@ -1,8 +1,8 @@
 """OpenVINO over the exported fp32 graphs, on the OpenVINO device named by ``device_target`` (CPU, GPU.1, NPU, AUTO).
 
-The graphs run from OpenVINO IR (``openvino_ir``: precision-sensitive ops pinned to f32); bf16 and fp16 are
+The graphs run from OpenVINO IR (``openvino.ir``: precision-sensitive ops pinned to f32); bf16 and fp16 are
 OpenVINO's ``INFERENCE_PRECISION_HINT`` over the f32 IR, int8 and int4 are NNCF-quantized IR
-(``openvino_quantize``); int8 runs at bf16 between the quantized ops where the device computes bf16 natively,
+(``openvino.quantize``); int8 runs at bf16 between the quantized ops where the device computes bf16 natively,
 else f32, int4 at f32 (``OpenVinoBackend.inference_type``). Inputs and outputs stay f32 in the graphs.
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, NoOptions
 from vlabench.backends.onnx_export import cache_root, load_cache_class, timed_export
-from vlabench.backends.openvino_ir import IrModel, float_ir, marks_honoured
-from vlabench.backends.openvino_quantize import (
+from vlabench.backends.openvino.ir import IrModel, float_ir, marks_honoured
+from vlabench.backends.openvino.quantize import (
     DEFAULT_SCHEME,
     SCHEMES,
     Calibration,
@@ -147,11 +147,19 @@ class OpenVinoPolicy(GraphPolicy):
         return list(self._nodes)
 
 
+class OpenVinoOptions(NoOptions):
+    device_target: str | None = None  # CPU, GPU, NPU, AUTO:...; None: the engine's default
+    profile_nodes: bool = False
+    quant_scheme: str | None = None  # int8: one of SCHEMES["int8"]; None: the first
+
+
 class OpenVinoBackend(Backend):
     profiles_nodes = True
     exports_graphs = True
     runtime_bytes = 256 * 2**20
     name = "openvino"
+    runtime_library = "openvino"
+    Options = OpenVinoOptions
     engines: ClassVar[dict[str, str]] = {
         "cpu": "with device target CPU",
         "intel-gpu": "with device target GPU",
@@ -174,7 +182,8 @@ class OpenVinoBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OpenVinoBackend:
-        return cls(options.device_target or "CPU", options.profile_nodes, options.quant_scheme or cls.int8_schemes[0])
+        own = cls.own_options(options)
+        return cls(own.device_target or "CPU", own.profile_nodes, own.quant_scheme or cls.int8_schemes[0])
 
     def __init__(self, target: str = "CPU", profile_nodes: bool = False, int8_scheme: str = "ptq") -> None:
         self.target = target.upper()

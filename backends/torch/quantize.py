@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from vlabench.backends.torch_quant_layers import (
+from vlabench.backends.torch.quant_layers import (
     CastLinear,
     Int4PackedLinear,
     fp8_takes,
@@ -306,7 +306,7 @@ class ComputeDtype(nn.Module):
     """A replica whose float parts run in another dtype than the run's inputs and actions: floating inputs are cast
     in, velocities cast back out; image tokens and caches stay inside in the replica's own dtype. The flow time
     ``t`` goes in as given: the replicas take its sine-cosine embedding in fp32 from it, and bf16 would already
-    have moved t = 0.9 to 0.898 (``backends/openvino_ir.py`` pins that chain to f32 for the same reason). Every
+    have moved t = 0.9 to 0.898 (``backends/openvino/ir.py`` pins that chain to f32 for the same reason). Every
     other attribute is the replica's."""
 
     def __init__(self, replica: nn.Module, compute: torch.dtype, boundary: torch.dtype) -> None:

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vlabench.backends.base import Backend, BackendOptions, GraphPolicy
+from vlabench.backends.base import Backend, BackendOptions, GraphPolicy, NoOptions
 from vlabench.backends.onnx_export import ExportedModel, load_cache_class, timed_export
-from vlabench.backends.onnxruntime_quantize import (
+from vlabench.backends.onnxruntime.quantize import (
     INT8_SCHEMES,
     calibration_feeds,
     check_scheme,
@@ -152,11 +152,19 @@ class OrtPolicy(GraphPolicy):
         return events
 
 
+class OnnxRuntimeOptions(NoOptions):
+    ep: str | None = None  # one of EXECUTION_PROVIDERS; None: the engine's default
+    profile_nodes: bool = False
+    quant_scheme: str | None = None  # int8: one of INT8_SCHEMES; None: the first
+
+
 class OnnxRuntimeBackend(Backend):
     profiles_nodes = True
     exports_graphs = True
     runtime_bytes = 128 * 2**20
     name = "onnxruntime"
+    runtime_library = "onnxruntime"
+    Options = OnnxRuntimeOptions
     engines: ClassVar[dict[str, str]] = {
         "cpu": "with --ep cpu",
         "cuda": "with --ep cuda or --ep tensorrt",
@@ -178,10 +186,11 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> OnnxRuntimeBackend:
-        return cls(options.ep, options.profile_nodes, options.quant_scheme or cls.int8_schemes[0])
+        own = cls.own_options(options)
+        return cls(own.ep, own.profile_nodes, own.quant_scheme or cls.int8_schemes[0])
 
     def __init__(self, ep: str | None = None, profile_nodes: bool = False, int8_scheme: str = "dynamic") -> None:
-        """``int8_scheme``: ``dynamic`` or ``qdq`` (see ``onnxruntime_quantize.SCHEMES``)."""
+        """``int8_scheme``: ``dynamic`` or ``qdq`` (see ``onnxruntime.quantize.SCHEMES``)."""
         if ep is not None and ep not in EXECUTION_PROVIDERS:
             raise InputError(f"Unknown execution provider '{ep}'. Valid --ep values: {', '.join(EXECUTION_PROVIDERS)}.")
         self.ep = ep

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from vlabench.backends.base import Backend, BackendOptions, PreparedPolicy
-from vlabench.backends.torch_backend import TorchBackend, parameters_target, torch_device_for
-from vlabench.backends.torch_quantize import INT8_SCHEMES, build_torch_replica
+from vlabench.backends.torch.backend import TorchBackend, TorchOptions, parameters_target, torch_device_for
+from vlabench.backends.torch.quantize import INT8_SCHEMES, build_torch_replica
 from vlabench.errors import UnavailableError, unknown_name
 from vlabench.hardware.targets import ExecutionTarget
 from vlabench.kernels.expert_fusion import ExpertKVHoister
@@ -247,12 +247,19 @@ class CompiledPolicy(PreparedPolicy):
         return details
 
 
+class TorchCompileOptions(TorchOptions):
+    compile_mode: str = "default"  # one of COMPILE_MODES
+    fuse_denoise_loop: bool = False
+
+
 class TorchCompileBackend(Backend):
     captures_graphs = True
     fuses_expert_kv = True
     int8_schemes: ClassVar[tuple[str, ...]] = INT8_SCHEMES
     runtime_bytes = 512 * 2**20  # inductor, its compile workers and generated code
     name = "torch-compile"
+    runtime_library = "torch"
+    Options = TorchCompileOptions
     engines: ClassVar[dict[str, str]] = {"cpu": "on the host CPU (inductor C++)", "cuda": "on CUDA (inductor Triton)"}
 
     @classmethod
@@ -261,7 +268,8 @@ class TorchCompileBackend(Backend):
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> TorchCompileBackend:
-        return cls(options.compile_mode, options.fuse_denoise_loop, options.quant_scheme, options.fuse_expert_kv)
+        own = cls.own_options(options)
+        return cls(own.compile_mode, own.fuse_denoise_loop, own.quant_scheme, own.fuse_expert_kv)
 
     def __init__(
         self,
