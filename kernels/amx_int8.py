@@ -86,6 +86,18 @@ KERNEL_DTYPES = {
 """Per path, the activation dtypes the kernel reads and writes as they are (others go through fp32)."""
 
 
+def kernel_dtypes(isa: str) -> tuple[torch.dtype, ...]:
+    """The activation dtypes the ``isa`` path takes as they are on this CPU: its ``KERNEL_DTYPES``, less bf16 where
+    the CPU has no AVX512-BF16 (a VNNI CPU such as Ice Lake): bf16 rows then go through fp32 like any other dtype."""
+    native_bf16 = "avx512_bf16" in read_cpu_flags()
+    return tuple(dtype for dtype in KERNEL_DTYPES[isa] if dtype != torch.bfloat16 or native_bf16)
+
+
+THIS_CPU_KERNEL_DTYPES = {isa: kernel_dtypes(isa) for isa in ISAS}
+"""``kernel_dtypes`` of each path, read once on import: every layer of a forward pass asks (and torch.compile traces
+a constant)."""
+
+
 def unavailable_reason(isa: str = "amx") -> str | None:
     """None when the kernel's ``isa`` path (an ``ISAS`` name) can be built and run here, else why not (checked
     before any compiling)."""
@@ -112,8 +124,7 @@ def runnable_path() -> str | None:
 def float_dtype(isa: str = "amx") -> torch.dtype:
     """The dtype a model's float parts run in around the kernel's ``isa`` path: bf16 where the path reads and writes
     bf16 itself and the CPU has it natively (AVX512-BF16, which every AMX CPU has), else fp32."""
-    native = "avx512_bf16" in read_cpu_flags() and torch.bfloat16 in KERNEL_DTYPES[isa]
-    return torch.bfloat16 if native else torch.float32
+    return torch.bfloat16 if torch.bfloat16 in kernel_dtypes(isa) else torch.float32
 
 
 @functools.cache
@@ -226,11 +237,11 @@ class Int8Linear(nn.Module):
 
 def _on_kernel(module: nn.Module, x: Tensor, out_features: int, code: int, gated: bool = False) -> Tensor:
     """The int8 operator on ``module``'s path (its ``isa``; the gated call when ``gated``) on the rows of ``x`` with
-    its packed weight, scales and bias: [..., in] -> [..., out_features] in x's dtype (fp32 and bf16 go through the
-    kernel as they are, others through fp32)."""
+    its packed weight, scales and bias: [..., in] -> [..., out_features] in x's dtype (fp32, and bf16 where the CPU
+    has AVX512-BF16, go through the kernel as they are; others through fp32)."""
     operator = getattr(torch.ops.vlabench, f"{module.isa}_int8_{'gated_' if gated else ''}linear")
     flat = x.reshape(-1, module.in_features)
-    flat = flat if flat.dtype in KERNEL_DTYPES[module.isa] else flat.float()
+    flat = flat if flat.dtype in THIS_CPU_KERNEL_DTYPES[module.isa] else flat.float()
     out = operator(flat, module.packed, module.w_scale, module.bias, out_features, code)
     return out.to(x.dtype).reshape(*x.shape[:-1], out_features)
 
