@@ -39,7 +39,7 @@ from vlabench.results.schema import (
     Timing,
 )
 from vlabench.results.serving import ServingResult, serving_warnings
-from vlabench.results.serving_energy import served_cost
+from vlabench.results.serving_energy import Pricing, served_cost
 from vlabench.results.sustained import DRIFT_WARNING, Sustained, cold_start, full_windows
 from vlabench.telemetry.energy.base import EnergyMeter
 from vlabench.telemetry.system_state import SystemState
@@ -230,15 +230,7 @@ def run_cost(
     )
     execution = execution_model(config, plan.workload)
     if serving is not None:
-        return served_cost(
-            serving,
-            price_usd=price,
-            price_source=source,
-            price_estimate=estimate,
-            assumptions=assumptions,
-            control_hz=config.control_hz,
-            execution=execution,
-        )
+        return served_cost(serving, Pricing(price, source, estimate, assumptions), config.control_hz, execution)
     return cost_report(
         price_usd=price,
         price_source=source,

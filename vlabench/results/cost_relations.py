@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from vlabench.analysis.cet import HOURS_PER_YEAR, CostReport, cost_report, gate
 from vlabench.results.relation_terms import EXACT, Problems, RunResult, close
-from vlabench.results.serving_energy import served_cost
+from vlabench.results.serving_energy import Pricing, served_cost
 
 MODEL_SCHEMA = (1, 5)
 """The first schema whose cost the present model recomputes (robots sharing a device, rows per inference)."""
@@ -122,28 +122,17 @@ def model_cost(result: RunResult) -> CostReport:
     cost, energy = result.cost, result.energy
     served = result.serving
     if served is not None and served.load() is not None:
-        window = served_cost(
-            served,
-            price_usd=cost.price_usd,
-            price_source=cost.price_source,
-            price_estimate=cost.price_estimate,
-            assumptions=cost.assumptions,
-            control_hz=result.control.control_hz,
-            execution=result.control.execution_model(),
-        )
+        window = served_cost(served, Pricing.of(cost), result.control.control_hz, result.control.execution_model())
         if window is not None:
             return window
     return cost_report(
-        price_usd=cost.price_usd,
-        price_source=cost.price_source,
-        price_estimate=cost.price_estimate,
+        **Pricing.of(cost)._asdict(),
         joules_per_inference=energy.joules_per_inference,
         idle_w=energy.idle_w,
         energy_label=energy.label,
         latency_p50_ms=result.robot_latency.p50,
         control_hz=result.control.control_hz,
         execution=result.control.execution_model(),
-        assumptions=cost.assumptions,
         robots_per_device=cost.robots_per_device,
         rows_per_inference=cost.rows_per_inference,
     )

@@ -14,7 +14,7 @@ from vlabench.config import RunConfig
 from vlabench.results.assemble import control_verdict
 from vlabench.results.schema import RunResult
 from vlabench.results.serving import ServingResult, serving_warnings
-from vlabench.results.serving_energy import modelled_joules, served_cost, with_energy
+from vlabench.results.serving_energy import Pricing, modelled_joules, served_cost, with_energy
 
 ENERGY_METHOD = "the server's energy-pass power over each batch's time, its idle power between batches"
 
@@ -30,15 +30,7 @@ def offload_served(
     serving = with_energy(serving, label="estimated", method=ENERGY_METHOD, joules=joules, idle_w=energy.idle_w)
     if cost is None:
         return serving, None
-    return serving, served_cost(
-        serving,
-        price_usd=cost.price_usd,
-        price_source=cost.price_source,
-        price_estimate=cost.price_estimate,
-        assumptions=cost.assumptions,
-        control_hz=config.control_hz,
-        execution=execution,
-    )
+    return serving, served_cost(serving, Pricing.of(cost), config.control_hz, execution)
 
 
 def offload_result(

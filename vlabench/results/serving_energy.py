@@ -5,7 +5,7 @@ dollars-per-robot-hour per served result, wherever it is shown."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from vlabench.analysis.cet import CostAssumptions, CostReport, ExecutionModel, cost_report
 from vlabench.results.capacity import CapacityStep, robots_gate
@@ -33,31 +33,34 @@ def modelled_joules(serving: ServingResult, busy_w: float, idle_w: float) -> flo
     return busy_w * busy_s + idle_w * max(0.0, serving.duration_s - busy_s)
 
 
+class Pricing(NamedTuple):
+    """What a device costs and how that cost is spread over its use: the ``cost_report`` terms a result keeps."""
+
+    price_usd: float | None
+    price_source: str | None
+    price_estimate: bool
+    assumptions: CostAssumptions
+
+    @classmethod
+    def of(cls, cost: CostReport) -> Pricing:
+        return cls(cost.price_usd, cost.price_source, cost.price_estimate, cost.assumptions)
+
+
 def served_cost(
-    serving: ServingResult,
-    *,
-    price_usd: float | None,
-    price_source: str | None,
-    price_estimate: bool,
-    assumptions: CostAssumptions,
-    control_hz: float,
-    execution: ExecutionModel,
+    serving: ServingResult, pricing: Pricing, control_hz: float, execution: ExecutionModel
 ) -> CostReport | None:
     """Dollars and joules per robot from the window's load (None without its energy)."""
     load, energy = serving.load(), serving.energy
     if load is None or energy is None:
         return None
     return cost_report(
-        price_usd=price_usd,
-        price_source=price_source,
-        price_estimate=price_estimate,
+        **pricing._asdict(),
         joules_per_inference=energy.joules / load.batches,
         idle_w=energy.idle_w,
         energy_label=energy.label,
         latency_p50_ms=serving.latency.p50,
         control_hz=control_hz,
         execution=execution,
-        assumptions=assumptions,
         served=load,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -70,13 +70,13 @@ class RunPlan:
 
 
 def backend_options(config: RunConfig) -> BackendOptions:
+    """The run's backend flags: the config's fields that ``BackendOptions`` names (each backend validates its own)."""
     return BackendOptions(
-        ep=config.ep,
-        device_target=config.device_target,
-        compile_mode=config.compile_mode,
-        fuse_denoise_loop=config.fuse_denoise_loop,
-        fuse_expert_kv=config.fuse_expert_kv,
-        quant_scheme=config.quant_scheme,
+        **{
+            flag.name: getattr(config, flag.name)
+            for flag in fields(BackendOptions)
+            if flag.name in RunConfig.model_fields
+        }
     )
 
 
