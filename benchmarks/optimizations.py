@@ -236,7 +236,7 @@ def main() -> None:
                 "variant": s.variant,
                 "episodes": s.episodes,
                 "successes": s.successes,
-                "mean_final_distance_m": s.mean_final_distance,
+                "mean_final_distance_m": s.mean_final_distance_m,
                 "expert_calls_per_chunk": s.expert_calls_per_chunk,
             }
             for s in scores

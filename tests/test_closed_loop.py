@@ -39,7 +39,7 @@ def tiny_policy() -> SmallFlowPolicy:
 def test_scripted_expert_reaches_the_target():
     stats = expert_success_rate(episodes=20, seed=0)
     assert stats.success_rate >= 0.95
-    assert stats.mean_final_distance < 0.005
+    assert stats.mean_final_distance_m < 0.005
 
 
 def test_a_policy_that_does_nothing_mostly_fails():

@@ -124,11 +124,11 @@ def test_fidelity_rows_at_each_precision_run_the_exact_rows_episodes(policy, mon
         assert row["episodes"] == rows["exact"]["episodes"] == 2 and row["expert_calls_per_chunk"] == 10
         # the same seeded episodes and noise as the fp32 row: success_rate's, with the same seed and chunking
         again = success_rate(policy_at(policy, precision).policy, FidelityVariant(name=f"exact {precision}"), 2, 0)
-        assert (row["successes"], row["mean_final_distance_m"]) == (again.successes, again.mean_final_distance)
+        assert (row["successes"], row["mean_final_distance_m"]) == (again.successes, again.mean_final_distance_m)
     exact = success_rate(policy, FidelityVariant(name="exact"), 2, 0)
     assert (rows["exact"]["successes"], rows["exact"]["mean_final_distance_m"]) == (
         exact.successes,
-        exact.mean_final_distance,
+        exact.mean_final_distance_m,
     )
     assert rows["exact int4"]["float_linears"] == ["action_in", "action_out", "obs_in"]
 

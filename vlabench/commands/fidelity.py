@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -139,14 +139,4 @@ def _closed_row(
     stats: EpisodeStats, precision: str | None, scheme: str | None = None, float_linears: Sequence[str] = ()
 ) -> ClosedLoopRow:
     """One closed-loop row: a variant's task success and the precision of the policy that ran it."""
-    return ClosedLoopRow(
-        variant=stats.variant,
-        episodes=stats.episodes,
-        successes=stats.successes,
-        success_rate=stats.success_rate,
-        mean_final_distance_m=stats.mean_final_distance,
-        expert_calls_per_chunk=stats.expert_calls_per_chunk,
-        precision=precision,
-        scheme=scheme,
-        float_linears=list(float_linears),
-    )
+    return ClosedLoopRow(**asdict(stats), precision=precision, scheme=scheme, float_linears=list(float_linears))

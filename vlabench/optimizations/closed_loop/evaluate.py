@@ -40,7 +40,7 @@ class EpisodeStats:
     episodes: int
     successes: int
     success_rate: float
-    mean_final_distance: float  # metres
+    mean_final_distance_m: float  # metres
     expert_calls_per_chunk: float  # action-expert (denoise_step) calls per control cycle, measured
 
 
@@ -104,7 +104,7 @@ def success_rate(
         episodes=episodes,
         successes=successes,
         success_rate=successes / episodes,
-        mean_final_distance=float(np.mean(distances)),
+        mean_final_distance_m=float(np.mean(distances)),
         expert_calls_per_chunk=counter.calls / cycles,
     )
 
@@ -120,7 +120,7 @@ def expert_success_rate(episodes: int = 50, seed: int = 0) -> EpisodeStats:
         episodes=episodes,
         successes=successes,
         success_rate=successes / episodes,
-        mean_final_distance=float(np.mean([target_distance(obs) for obs in finals])),
+        mean_final_distance_m=float(np.mean([target_distance(obs) for obs in finals])),
         expert_calls_per_chunk=0.0,
     )
 
@@ -146,7 +146,7 @@ def format_table(stats: list[EpisodeStats]) -> str:
     for s in stats:
         rate = f"{s.successes}/{s.episodes}"
         lines.append(
-            f"{s.variant:<{width}}  {rate:>7}  {s.success_rate:>5.0%}  {s.mean_final_distance:>13.4f}"
+            f"{s.variant:<{width}}  {rate:>7}  {s.success_rate:>5.0%}  {s.mean_final_distance_m:>13.4f}"
             f"  {s.expert_calls_per_chunk:>18.1f}"
         )
     return "\n".join(lines)
