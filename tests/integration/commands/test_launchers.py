@@ -1,0 +1,44 @@
+"""The launchers share one interface: the same runs give the same kind of outcome wherever they execute (this
+process, a spawned child, a ``vlabench run`` subprocess; Ray's task is tested in test_ray_sweep)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlabench.commands.launchers import ConfiguredRun, InProcess, SpawnedChild
+from vlabench.commands.subprocess_launcher import Subprocess
+from vlabench.config import RunConfig
+from vlabench.errors import InputError
+from vlabench.results.launch_outcome import LaunchOutcome
+
+LAUNCHERS = {
+    "in-process": InProcess,
+    "spawned-child": SpawnedChild,
+    "subprocess": lambda: Subprocess(timeout_s=120),
+}
+
+
+@pytest.mark.parametrize("where", LAUNCHERS)
+def test_an_unknown_model_fails_as_the_same_input_error_from_every_launcher(where):
+    outcome = LAUNCHERS[where]().launch([ConfiguredRun(RunConfig(model="smolvla-tinyy"))])
+    assert outcome.status == "failed" and outcome.error == "InputError" and outcome.result_texts == []
+    assert "Did you mean 'smolvla-tiny'?" in outcome.reason
+    with pytest.raises(InputError, match="smolvla-tinyy"):
+        outcome.raise_error()
+
+
+@pytest.mark.parametrize("where", LAUNCHERS)
+def test_a_run_gives_one_valid_result_from_every_launcher(fast_run, where, tmp_path):
+    config = fast_run.config(model="smolvla-tiny", out=tmp_path)
+    outcome = LAUNCHERS[where]().launch([ConfiguredRun(config)])
+    assert outcome.status == "ok" and outcome.error is None, outcome.reason
+    (result,) = outcome.results()
+    assert result.valid and result.model.name == "smolvla-tiny" and result.timing.phases["e2e"].p50 > 0
+    assert outcome.wall_s > 0 and outcome.hostname and outcome.started_utc is not None
+    # the outcome crosses a process boundary (a Ray node sends it as JSON) without losing the result
+    assert LaunchOutcome.model_validate_json(outcome.model_dump_json()).results()[0].run_id == result.run_id
+
+
+def test_a_subprocess_launch_takes_one_run():
+    with pytest.raises(ValueError, match="one config, not 2"):
+        Subprocess().launch([ConfiguredRun(RunConfig()), ConfiguredRun(RunConfig())])
