@@ -13,6 +13,7 @@ import torch
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+import vlabench.measure.cold_start
 from tests.support import paths, recorded
 from tests.support.fast_run import FAST_RUN
 from vlabench.backends import backend_class, get_backend
@@ -51,21 +52,27 @@ def reading(name: str, root: Path) -> dict[str, dict[str, float]]:
 # --- the stage clock ---------------------------------------------------------------------------------------------
 
 
-def test_nested_stages_record_exclusive_times_within_the_preparation():
+def test_nested_stages_record_exclusive_times_within_the_preparation(monkeypatch):
+    now = [0]
+    monkeypatch.setattr(vlabench.measure.cold_start, "perf_counter_ns", lambda: now[0])
+
+    def work(seconds: float) -> None:  # the stage clock's time moves only by the work done
+        now[0] += round(seconds * 1e9)
+
     def prepare() -> str:
+        work(0.01)  # outside any stage
         with stage("export"):
-            time.sleep(0.05)  # the export's own work
+            work(0.05)  # the export's own work
             with stage("load"):
-                time.sleep(0.1)
+                work(0.1)
         return "prepared"
 
     prepared, preparation = timed_preparation(prepare)
     assert prepared == "prepared"
     assert set(preparation.stages) == {"export", "load"}
     load, export = preparation.stages["load"].seconds, preparation.stages["export"].seconds
-    assert 0.1 <= load < 0.2
-    assert 0.05 <= export < 0.145  # without the inner load's 0.1 s (with it: ≥ 0.15)
-    assert load + export <= preparation.seconds
+    assert load == pytest.approx(0.1) and preparation.seconds == pytest.approx(0.16)
+    assert export == pytest.approx(0.05)  # without the inner load's 0.1 s
     assert not any(timed.cached for timed in preparation.stages.values())
 
 
