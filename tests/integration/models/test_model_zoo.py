@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3Model
 from typer.testing import CliRunner
 
+from tests.support.hf_configs import decoder_geometry
 from vlabench.analysis.flops import count_operators
 from vlabench.analysis.flops_traced import trace_operators
 from vlabench.analysis.operators import total
@@ -85,14 +86,7 @@ def test_qwen3_decoder_matches_transformers():
         for name, param in ours.named_parameters():
             param.copy_(torch.randn(param.shape, generator=generator) * 0.2 + (1.0 if "norm" in name else 0.0))
     config = Qwen3Config(
-        hidden_size=spec.hidden,
-        intermediate_size=spec.intermediate,
-        num_hidden_layers=spec.layers,
-        num_attention_heads=spec.heads,
-        num_key_value_heads=spec.kv_heads,
-        head_dim=spec.head_dim,
-        vocab_size=spec.vocab,
-        rms_norm_eps=spec.rms_eps,
+        **decoder_geometry(spec, spec.vocab),
         rope_theta=spec.rope_theta,
         tie_word_embeddings=True,
         attn_implementation="eager",

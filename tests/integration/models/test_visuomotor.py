@@ -354,35 +354,15 @@ def test_a_lerobot_checkpoint_loads_by_prefix_rename(name: str, extra: dict[str,
 # ---------------------------------------------------------------- ONNX export
 
 
-class _Vision(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
+class _Phase(nn.Module):
+    """One phase of ``model`` as its own graph: ``run(model, *inputs)``."""
+
+    def __init__(self, model: nn.Module, run) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.run = model, run
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self.model.embed_images(images)
-
-
-class _Prefill(nn.Module):
-    def __init__(self, model: nn.Module, language: tuple[Tensor, Tensor]) -> None:
-        super().__init__()
-        self.model = model
-        self.language = language
-
-    def forward(self, image_tokens: Tensor, state: Tensor) -> tuple[Tensor, ...]:
-        obs = Observation(image_tokens, *self.language, state)
-        cache = self.model.prefill(obs, image_tokens)
-        return tuple(getattr(cache, field.name) for field in fields(cache))
-
-
-class _Denoise(nn.Module):
-    def __init__(self, model: nn.Module, cache_type: type) -> None:
-        super().__init__()
-        self.model = model
-        self.cache_type = cache_type
-
-    def forward(self, x_t: Tensor, t: Tensor, *cache: Tensor) -> Tensor:
-        return self.model.denoise_step(x_t, t, self.cache_type(*cache))
+    def forward(self, *inputs: Tensor):
+        return self.run(self.model, *inputs)
 
 
 def onnx_outputs(module: nn.Module, args: tuple[Tensor, ...], names: list[str]) -> list[np.ndarray]:
@@ -408,12 +388,20 @@ def test_every_phase_exports_to_onnx_and_onnxruntime_reproduces_it(name: str) ->
     tokens, cache, out = infer(model, obs, x_t, t=7.0)
     cache_tensors = tuple(getattr(cache, field.name) for field in fields(cache))
     cache_names = [field.name for field in fields(cache)]
+
+    def prefill_phase(model, image_tokens, state):
+        cache = model.prefill(Observation(image_tokens, obs.language_tokens, obs.language_mask, state), image_tokens)
+        return tuple(getattr(cache, field.name) for field in fields(cache))
+
+    def denoise_phase(model, x_t, t, *tensors):
+        return model.denoise_step(x_t, t, type(cache)(*tensors))
+
     with torch.no_grad():
-        (vision,) = onnx_outputs(_Vision(model), (obs.images,), ["images"])
-        prefill = onnx_outputs(
-            _Prefill(model, (obs.language_tokens, obs.language_mask)), (tokens, obs.state), ["image_tokens", "state"]
+        (vision,) = onnx_outputs(
+            _Phase(model, lambda model, images: model.embed_images(images)), (obs.images,), ["images"]
         )
-        (denoise,) = onnx_outputs(_Denoise(model, type(cache)), (x_t, t, *cache_tensors), ["x_t", "t", *cache_names])
+        prefill = onnx_outputs(_Phase(model, prefill_phase), (tokens, obs.state), ["image_tokens", "state"])
+        (denoise,) = onnx_outputs(_Phase(model, denoise_phase), (x_t, t, *cache_tensors), ["x_t", "t", *cache_names])
     np.testing.assert_allclose(vision, tokens.numpy(), atol=1e-4)
     for got, expected in zip(prefill, cache_tensors, strict=True):
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-4)

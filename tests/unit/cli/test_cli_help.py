@@ -9,17 +9,10 @@ import typer
 from typer.testing import CliRunner
 
 from vlabench.cli.app import app
+from vlabench.cli.options import ENERGY, OPTIMIZATIONS, OUTPUT, SERVING, TARGET, TIMING, WORKLOAD
 
 runner = CliRunner()
-PANELS = [
-    "Model and target",
-    "Workload",
-    "Serving several robots",
-    "Timing",
-    "Energy and cost",
-    "Optimizations",
-    "Output",
-]
+PANELS = [TARGET, WORKLOAD, SERVING, TIMING, ENERGY, OPTIMIZATIONS, OUTPUT]  # in the order `run --help` lists them
 SHORT = {"--model": "-m", "--device": "-d", "--backend": "-b", "--out": "-o"}
 
 

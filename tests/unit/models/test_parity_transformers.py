@@ -25,6 +25,7 @@ from transformers import (
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.smolvlm.modeling_smolvlm import SmolVLMConnector
 
+from tests.support.hf_configs import decoder_geometry
 from vlabench.models.replicas.decoder import TextDecoder
 from vlabench.models.replicas.flow_vla import ActionExpert, ExpertInputs
 from vlabench.models.replicas.layers import AdaptiveRMSNorm, additive_mask, block_mask, rope_cos_sin
@@ -89,14 +90,7 @@ def siglip_config(vision: VisionSpec) -> SiglipVisionConfig:
 
 def decoder_config(spec: DecoderSpec, vocab: int) -> LlamaConfig | GemmaConfig:
     common = dict(
-        vocab_size=vocab,
-        hidden_size=spec.hidden,
-        intermediate_size=spec.intermediate,
-        num_hidden_layers=spec.layers,
-        num_attention_heads=spec.heads,
-        num_key_value_heads=spec.kv_heads,
-        head_dim=spec.head_dim,
-        rms_norm_eps=spec.rms_eps,
+        **decoder_geometry(spec, vocab),
         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         attention_bias=False,
         attn_implementation=ATTN,
