@@ -420,65 +420,8 @@ IGNORED = {
     "diffusion-policy": {"diffusion.rgb_encoder.pool.pos_grid"},  # fixed linspace grid, recomputed at call time
 }
 
-# Hand-written correspondences (what each lerobot tensor IS in the replica), read off both modules; a rename rule
-# that sends a prefix to the wrong replica module fails these even where the shapes happen to agree.
-ANCHORS = {
-    "smolvla": {
-        "model.vlm_with_expert.vlm.model.vision_model.embeddings.patch_embedding.weight": (
-            "vision_tower.embeddings.patch_embedding.weight"
-        ),
-        "model.vlm_with_expert.vlm.model.connector.modality_projection.proj.weight": (
-            "connector.modality_projection.proj.weight"
-        ),
-        "model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight": "language_model.embed_tokens.weight",
-        "model.vlm_with_expert.vlm.model.text_model.layers.15.mlp.down_proj.weight": (
-            "language_model.layers.15.mlp.down_proj.weight"
-        ),
-        "model.vlm_with_expert.vlm.model.text_model.norm.weight": "language_model.norm.weight",
-        "model.vlm_with_expert.vlm.lm_head.weight": "language_model.lm_head.weight",
-        "model.vlm_with_expert.lm_expert.layers.1.self_attn.k_proj.weight": "expert.layers.1.self_attn.k_proj.weight",
-        "model.vlm_with_expert.lm_expert.norm.weight": "expert.norm.weight",
-        "model.state_proj.weight": "state_proj.weight",
-        "model.action_time_mlp_in.weight": "action_time_mlp_in.weight",
-    },
-    "pi0": {
-        "model.paligemma_with_expert.paligemma.model.vision_tower.vision_model.post_layernorm.weight": (
-            "vision_tower.post_layernorm.weight"
-        ),
-        "model.paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight": "connector.linear.weight",
-        "model.paligemma_with_expert.paligemma.lm_head.weight": "language_model.embed_tokens.weight",
-        "model.paligemma_with_expert.paligemma.model.language_model.layers.17.self_attn.k_proj.weight": (
-            "language_model.layers.17.self_attn.k_proj.weight"
-        ),
-        "model.paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.weight": (
-            "expert.layers.0.input_layernorm.weight"
-        ),
-        "model.paligemma_with_expert.gemma_expert.model.norm.weight": "expert.norm.weight",
-        "model.state_proj.weight": "state_proj.weight",
-        "model.action_time_mlp_out.weight": "action_time_mlp_out.weight",
-    },
-    "pi05": {
-        "model.paligemma_with_expert.paligemma.lm_head.weight": "language_model.embed_tokens.weight",
-        "model.paligemma_with_expert.gemma_expert.model.layers.3.post_attention_layernorm.dense.weight": (
-            "expert.layers.3.post_attention_layernorm.dense.weight"
-        ),
-        "model.paligemma_with_expert.gemma_expert.model.norm.dense.bias": "expert.norm.dense.bias",
-        "model.time_mlp_in.weight": "time_mlp_in.weight",
-    },
-    "act": {
-        "model.backbone.layer4.0.downsample.1.running_var": "backbone.layer4.0.downsample.1.running_var",
-        "model.encoder.layers.3.self_attn.in_proj_weight": "encoder.layers.3.self_attn.in_proj_weight",
-        "model.decoder.layers.0.multihead_attn.out_proj.weight": "decoder.layers.0.multihead_attn.out_proj.weight",
-        "model.vae_encoder.layers.0.linear1.weight": "vae_encoder.layers.0.linear1.weight",
-        "model.action_head.weight": "action_head.weight",
-    },
-    "diffusion-policy": {
-        "diffusion.rgb_encoder.backbone.7.1.bn2.weight": "rgb_encoder.backbone.7.1.bn2.weight",
-        "diffusion.rgb_encoder.pool.nets.weight": "rgb_encoder.pool.nets.weight",
-        "diffusion.unet.up_modules.1.2.weight": "unet.up_modules.1.2.weight",
-        "diffusion.unet.final_conv.1.weight": "unet.final_conv.1.weight",
-    },
-}
+ANCHORS = json.loads((DATA / "checkpoints" / "lerobot_anchors.json").read_text())["anchors"]
+"""What each lerobot tensor IS in the replica, written by hand from both modules (tests/data/checkpoints)."""
 
 # lerobot default layouts, each against the full-size replica of the matching profile.
 SOURCE_LAYOUTS: dict[str, Callable[[], Layout]] = {

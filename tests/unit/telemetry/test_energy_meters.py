@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import re
 import sys
@@ -110,118 +111,22 @@ def test_power_poller_reports_a_failing_sensor_at_stop():
 
 # --- tegrastats ---------------------------------------------------------------------------------------------------
 
-# (file, line index) -> expected fields of that recorded line
-TEGRASTATS_EXPECTED = {
-    ("tegrastats_jp4.txt", 0): {
-        "ram": (2448, 7765),
-        "cores": 6,
-        "off": 2,
-        "first_core": (1, 1190),
-        "gr3d": (0, 114),
-        "emc": (0, 1600),
-        "rails": {"VDD_IN": (4053, 4053), "VDD_CPU_GPU_CV": (490, 490), "VDD_SOC": (1265, 1265)},
-        "total": (("VDD_IN",), "module", 4.053),
-        "temps": {"AO": 39.5, "PMIC": 100.0, "thermal": 39.8},
-    },
-    ("tegrastats_jp4.txt", 1): {
-        "ram": (1923, 3964),
-        "cores": 4,
-        "off": 0,
-        "first_core": (5, 1224),
-        "gr3d": (0, 76),
-        "emc": (0, 1600),
-        "rails": {"POM_5V_IN": (1750, 1628), "POM_5V_GPU": (0, 0), "POM_5V_CPU": (366, 406)},
-        "total": (("POM_5V_IN",), "module", 1.750),
-        "temps": {"PLL": 37.0, "GPU": 40.0},
-    },
-    ("tegrastats_jp4.txt", 2): {
-        "ram": (2015, 3964),
-        "cores": 4,
-        "off": 0,
-        "first_core": (6, 102),
-        "gr3d": (0, None),
-        "emc": (0, None),
-        "rails": {"POM_5V_IN": (1388, 1388), "POM_5V_GPU": (122, 122), "POM_5V_CPU": (163, 163)},
-        "total": (("POM_5V_IN",), "module", 1.388),
-        "temps": {"thermal": 31.25},
-    },
-    ("tegrastats_jp4.txt", 3): {
-        "ram": (721, 31927),
-        "cores": 8,
-        "off": 4,
-        "first_core": (2, 1190),
-        "gr3d": (0, 318),
-        "emc": (0, 665),
-        "rails": {
-            "GPU": (0, 0),
-            "CPU": (311, 311),
-            "SOC": (932, 932),
-            "CV": (0, 0),
-            "VDDRQ": (621, 621),
-            "SYS5V": (1482, 1482),
-        },
-        "total": (("CPU", "CV", "GPU", "SOC", "SYS5V", "VDDRQ"), "module-rails-sum", 3.346),
-        "temps": {"GPU": 37.5, "Tboard": 37.0},
-    },
-    ("tegrastats_jp5.txt", 0): {
-        "ram": (3421, 62780),
-        "cores": 12,
-        "off": 0,
-        "first_core": (2, 729),
-        "gr3d": (0, 0),
-        "emc": (0, 2133),
-        "rails": {
-            "VDD_GPU_SOC": (2796, 2796),
-            "VDD_CPU_CV": (399, 399),
-            "VIN_SYS_5V0": (3629, 3629),
-            "VDDQ_VDD2_1V8AO": (302, 302),
-        },
-        "total": (("VDDQ_VDD2_1V8AO", "VDD_CPU_CV", "VDD_GPU_SOC", "VIN_SYS_5V0"), "module-rails-sum", 7.126),
-        "temps": {"CV0": -256.0, "tj": 44.375, "SOC1": 40.812},
-    },
-    ("tegrastats_jp6.txt", 0): {
-        "timestamp": datetime(2026, 11, 30, 10, 15, 2),
-        "ram": (2157, 7620),
-        "cores": 6,
-        "off": 0,
-        "first_core": (3, 1510),
-        "gr3d": (0, None),
-        "emc": (None, None),
-        "rails": {"VDD_IN": (4861, 4861), "VDD_CPU_GPU_CV": (561, 561), "VDD_SOC": (1362, 1362)},
-        "total": (("VDD_IN",), "module", 4.861),
-        "temps": {"cpu": 47.187, "gpu": 46.468},
-    },
-    ("tegrastats_jp6.txt", 1): {
-        "timestamp": datetime(2026, 5, 9, 18, 42, 6),
-        "ram": (18207, 62841),
-        "cores": 12,
-        "off": 0,
-        "first_core": (14, 2188),
-        "gr3d": (0, 0),
-        "emc": (3, 2133),
-        "rails": {"VDD_GPU_SOC": (2412, 2412), "VDD_CPU_CV": (1607, 1607), "VIN_SYS_5V0": (4707, 4707)},
-        "total": (("VDD_CPU_CV", "VDD_GPU_SOC", "VIN_SYS_5V0"), "module-rails-sum", 8.726),
-        "temps": {"tj": 52.562},
-    },
-    ("tegrastats_jp6.txt", 2): {
-        "timestamp": datetime(2025, 4, 11, 10, 36, 27),
-        "ram": (4321, 62801),
-        "cores": 12,
-        "off": 0,
-        "first_core": (0, 729),
-        "gr3d": (0, 0),
-        "emc": (0, 2133),
-        "rails": {
-            "VDD_GPU_SOC": (2340, 2340),
-            "VDD_CPU_CV": (390, 390),
-            "VIN_SYS_5V0": (4025, 4025),
-            "NC": (0, 0),
-            "VDDQ_VDD2_1V8AO": (301, 301),
-        },
-        "total": (("VDDQ_VDD2_1V8AO", "VDD_CPU_CV", "VDD_GPU_SOC", "VIN_SYS_5V0"), "module-rails-sum", 7.056),
-        "temps": {"GPU": -256.0, "SOC1": 41.25},
-    },
-}
+
+def tegrastats_expected() -> dict[tuple[str, int], dict]:
+    """(file, line index) -> what that recorded line parses to (``tests/data/energy/tegrastats_expected.json``)."""
+    expected = {}
+    for line in json.loads((DATA / "tegrastats_expected.json").read_text())["lines"]:
+        fields = {key: tuple(value) if isinstance(value, list) else value for key, value in line.items()}
+        fields["rails"] = {rail: tuple(pair) for rail, pair in line["rails"].items()}
+        rails, scope, watts = line["total"]
+        fields["total"] = (tuple(rails), scope, watts)
+        if "timestamp" in fields:
+            fields["timestamp"] = datetime.fromisoformat(fields["timestamp"])
+        expected[(fields.pop("file"), fields.pop("index"))] = fields
+    return expected
+
+
+TEGRASTATS_EXPECTED = tegrastats_expected()
 
 
 def test_every_recorded_tegrastats_line_has_an_expectation():
