@@ -1,16 +1,12 @@
 """The input pipeline (``models.input_pipeline``): raw robot observations become what every family's replica takes,
-as lerobot's processors make them, and ``vlabench run`` times it as phases inside end-to-end."""
+as lerobot's processors make them (the timed run is in tests/integration/models/test_input_pipeline_run.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from tests.support import recorded
-from vlabench.cli.app import app
 from vlabench.models.input_pipeline import (
     CAMERA_FRAME,
     IMAGENET_MEAN,
@@ -26,7 +22,6 @@ from vlabench.models.workload import Workload, synthetic_observation
 
 FAMILIES = recorded.TINY_MODELS
 CPU = torch.device("cpu")
-runner = CliRunner()
 
 
 def pipeline_for(name: str, dtype: torch.dtype = torch.float32) -> tuple[InputPipeline, Workload]:
@@ -101,21 +96,3 @@ def test_preprocessing_happens_at_the_run_dtype():
     pipeline, workload = pipeline_for("smolvla-tiny", torch.bfloat16)
     obs = pipeline.preprocess(raw_observation(workload, 0))
     assert obs.images.dtype == torch.bfloat16 and obs.state.dtype == torch.bfloat16
-
-
-@pytest.mark.parametrize(("name", "backend"), [("smolvla-tiny", "torch"), ("act-tiny", "onnxruntime")])
-def test_a_run_times_the_pipeline_inside_end_to_end_unless_told_not_to(fast_run, tmp_path, name, backend):
-    base = ["run", "-m", name, "-b", backend, *fast_run.args(min_iterations=3), "--json"]
-    timed = runner.invoke(app, [*base, "--out", str(tmp_path / "on")])
-    assert timed.exit_code == 0, timed.output
-    result = json.loads(timed.stdout)
-    phases = result["timing"]["phases"]
-    assert {"preprocess", "postprocess"} <= set(phases) and result["config"]["preprocess"] is True
-    inside = phases["preprocess"]["mean"] + phases["prefix"]["mean"] + phases["action"]["mean"]
-    assert inside <= phases["e2e"]["mean"] * 1.02 + 0.5
-    assert len(result["timing"]["samples_ms"]["preprocess"]) == result["timing"]["iterations"]
-    left_out = runner.invoke(app, [*base, "--no-preprocess", "--out", str(tmp_path / "off")])
-    assert left_out.exit_code == 0, left_out.output
-    without = json.loads(left_out.stdout)
-    assert not {"preprocess", "postprocess"} & set(without["timing"]["phases"])
-    assert without["config"]["preprocess"] is False and without["config_hash"] != result["config_hash"]
