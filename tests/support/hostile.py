@@ -2,22 +2,13 @@
 that make it impossible, written as a reader finds them."""
 
 import copy
-import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from tests.support.benchmarks import load
 
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("site_scale", ROOT / "benchmarks" / "site_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-site_scale = _benchmark()
+site_scale = load("site_scale")
 BASE = site_scale.with_cost(site_scale.base_result())
 """A real result (tests/data/artifacts) with an energy block, its cost and a real roofline: valid, and rankable."""
 

@@ -4,7 +4,6 @@ profile's operator classes, checked on a tiny model with real profilers."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -14,26 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.paths import ROOT
+from tests.support.benchmarks import BENCHMARKS, load
 from vlabench.backends import BACKENDS, BackendOptions
 from vlabench.kernels.ceilings import MeasuredCeiling
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload
-
-BENCHMARKS = ROOT / "benchmarks"
-
-
-def load(name: str):
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-
 
 backends = load("backends")
 expert_profile = load("expert_profile")

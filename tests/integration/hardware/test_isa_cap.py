@@ -45,8 +45,7 @@ def test_a_cap_hides_the_flags_above_it(tmp_path, monkeypatch):
 def test_vlabenchs_decisions_follow_the_cap(monkeypatch):
     """On this CPU under the avx2 cap: bf16 is not native, int8 is (VPMADDUBSW), the int8 kernel takes its AVX2 path
     with fp32 float parts, the benchmark's class is no-native-bf16 and ONNX Runtime is left out with why."""
-    from tests.test_benchmark_scripts import load
-
+    from tests.support.benchmarks import load
     from vlabench.commands.precision_auto import native_reason
     from vlabench.kernels import amx_int8
 
@@ -159,8 +158,7 @@ def test_the_linear_benchmark_reruns_itself_under_every_cap_and_says_so(tmp_path
     """``amx_linear.py --max-cpu-isa avx2`` re-executes under vlabench's and the runtimes' caps: the AVX2 path runs,
     the flags above the cap are gone from the artifact, which names the class it emulated and each cap."""
     pytest.importorskip("torchao")
-    from tests.test_benchmark_scripts import BENCHMARKS
-
+    from tests.support.benchmarks import BENCHMARKS
     from vlabench.kernels import amx_int8
 
     if amx_int8.unavailable_reason("avx2"):
