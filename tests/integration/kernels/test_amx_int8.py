@@ -371,8 +371,7 @@ def test_torch_int8_runs_every_family_on_the_kernel(name, scheme, tiny_inputs):
     scheme, on its AVX-512 one under the VNNI scheme with bf16 float parts, and on the int8 attention kernel under
     AVX2 (which takes the vision towers' unmasked attention)."""
     pytest.importorskip("torchao")
-    from tests.quantized_reference import check, run_against_reference
-
+    from tests.support.quantized_reference import check, run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
     from vlabench.kernels.amx_attention import AmxAttention
     from vlabench.kernels.int8_attention import Int8Attention
@@ -436,8 +435,7 @@ def test_the_vnni_scheme_without_native_bf16_keeps_the_float_parts_in_fp32(monke
     """On a VNNI CPU without AVX512-BF16 (a Cascade Lake: this CPU's flags less avx512_bf16) the scheme's float
     parts and the kernel's activations are fp32, the scheme says so, and the actions pass the int8 gate."""
     pytest.importorskip("torchao")
-    from tests.quantized_reference import check, run_against_reference
-
+    from tests.support.quantized_reference import check, run_against_reference
     from vlabench.backends import torch_quantize
     from vlabench.backends.torch_backend import TorchBackend
 
@@ -458,8 +456,7 @@ def test_the_vnni_scheme_without_native_bf16_keeps_the_float_parts_in_fp32(monke
 @pytest.mark.parametrize("name", ["smolvla-tiny", "act-tiny"])
 def test_torch_compile_int8_matches_eager_int8(name, tiny_inputs):
     """The compiled int8 replica runs the same kernel and bf16 float parts as eager, inside the int8 gate."""
-    from tests.quantized_reference import run_against_reference
-
+    from tests.support.quantized_reference import run_against_reference
     from vlabench.backends.torch_backend import TorchBackend
     from vlabench.backends.torch_compile_backend import TorchCompileBackend
 
