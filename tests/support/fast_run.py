@@ -3,37 +3,26 @@ minimum duration, one intra-op thread and no energy meter. Tests take it through
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from vlabench.config import RunConfig
 
-FLAGS = {
-    "warmup": "--warmup",
-    "min_iterations": "--min-iterations",
-    "min_duration_s": "--min-duration",
-    "threads": "--threads",
-    "energy_meter": "--energy-meter",
-}
+SETTINGS = {"warmup": 1, "min_iterations": 2, "min_duration_s": 0.0, "threads": 1, "energy_meter": "none"}
+"""RunConfig field -> value; FLAGS names each field's command-line flag."""
+FLAGS = {name: "--" + name.removesuffix("_s").replace("_", "-") for name in SETTINGS}
 
 
-@dataclass(frozen=True)
 class FastRun:
-    warmup: int = 1
-    min_iterations: int = 2
-    min_duration_s: float = 0.0
-    threads: int = 1
-    energy_meter: str = "none"
+    """SETTINGS as RunConfig fields, a RunConfig or command-line flags; keyword overrides change a setting or add a
+    field (None leaves a setting at its default)."""
 
     def fields(self, **overrides) -> dict:
-        """The run's settings as RunConfig fields; an override of None leaves that setting at its default."""
-        merged = {**asdict(self), **overrides}
+        merged = {**SETTINGS, **overrides}
         return {name: value for name, value in merged.items() if value is not None}
 
     def config(self, **overrides) -> RunConfig:
         return RunConfig(**self.fields(**overrides))
 
     def args(self, **overrides) -> list[str]:
-        """The same settings as command-line flags (a field without a flag, such as ``model``, is refused)."""
+        """The settings as flags (a field without a flag, such as ``model``, is refused)."""
         return [
             part
             for name, value in self.fields(**overrides).items()
