@@ -52,14 +52,14 @@ def passthrough_fields(cache: object, obs: Observation) -> list[str]:
     return [name for name in cache_fields(cache) if id(getattr(cache, name)) in given]
 
 
-def graph_signatures(cache: object, obs: Observation, sampler: str) -> dict[str, tuple[list[str], list[str]]]:
+def graph_signatures(cache: object, obs: Observation, action_loop: str) -> dict[str, tuple[list[str], list[str]]]:
     """Input and output names of each graph: vision, prefill, and the action step (``denoise`` for loops and single
     passes, ``decode`` for token decoders). Observation fields the cache hands through keep their input name."""
     names = cache_fields(cache)
     passed = passthrough_fields(cache, obs)
     step = (
         {"decode": (["token", *names], ["logits", "new_keys", "new_values"])}
-        if sampler == "greedy_decode"
+        if action_loop == "greedy_decode"
         else {"denoise": (["x_t", "t", *names], ["velocity"])}
     )
     computed = [name for name in names if name not in passed]

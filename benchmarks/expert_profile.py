@@ -144,7 +144,7 @@ def step_inputs(policy, spec, workload, precision: str, seed: int):
     with torch.inference_mode():
         cache = policy.prefix(obs)
     x_t = initial_noise(workload, seed, dtype, CPU)
-    t = torch.full((workload.batch,), 0.5)  # fp32, as the samplers' times (a compiled step is compiled for them)
+    t = torch.full((workload.batch,), 0.5)  # fp32, as the action loops' times (a compiled step is compiled for them)
     return x_t, t, cache
 
 

@@ -3,7 +3,7 @@
     python benchmarks/harness_overhead.py [--model smolvla-tiny] [--rounds 30] [--block 10] [--threads 1]
 
 Each round runs ``block`` timed iterations through ``vlabench.measure.timing.measure`` (phase-synchronized spans plus
-its unsynchronized pass) and then ``block`` iterations of a bare loop around the same policy and sampler.
+its unsynchronized pass) and then ``block`` iterations of a bare loop around the same policy and action loop.
 Prints medians, interquartile ranges and the ratios runner / bare (target ≤ 1.02).
 """
 
@@ -35,21 +35,21 @@ def main() -> None:
     workload = Workload.from_spec(spec)
     cpu = torch.device("cpu")
     policy = get_backend("torch").prepare(spec, workload, cpu, "fp32", seed=0)
-    sampler = EulerLoop(workload.steps, workload.batch, cpu)
+    loop = EulerLoop(workload.steps, workload.batch, cpu)
     obs = synthetic_observation(spec, workload, 0, torch.float32, cpu)
     noise = initial_noise(workload, 0, torch.float32, cpu)
     settings = RunnerSettings(warmup=1, min_iterations=args.block, min_duration_s=0, max_iterations=args.block)
 
     runner_phased, runner_unsynced, bare = [], [], []
     for _ in range(3):
-        sampler.sample(policy, policy.prefix(obs), noise)
+        loop.sample(policy, policy.prefix(obs), noise)
     for _ in range(args.rounds):
-        measured = measure(policy, sampler, [(obs, noise)], settings)
+        measured = measure(policy, loop, [(obs, noise)], settings)
         runner_phased += measured.samples_ms["e2e"]
         runner_unsynced += measured.samples_ms["e2e_unsynced"]
         for _ in range(args.block):
             start = perf_counter()
-            sampler.sample(policy, policy.prefix(obs), noise)
+            loop.sample(policy, policy.prefix(obs), noise)
             policy.synchronize()
             bare.append((perf_counter() - start) * 1e3)
 

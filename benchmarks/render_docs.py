@@ -7,7 +7,8 @@ A generated block is the text between ``<!-- BEGIN generated: NAME -->`` and ``<
 ``BLOCKS`` maps each NAME to the artifacts it reads and the function that renders it. Every artifact has a
 provenance sidecar ``<stem>.meta.json`` written by ``benchmarks/capture.py`` (command, date, git revision, CPU
 model and flags, load average, wall time), and every block ends with a line saying so. Numbers in the
-documentation come from here, never typed by hand: ``tests/test_docs_render.py`` re-renders and compares.
+documentation come from here, never typed by hand: ``tests/unit/benchmarks/test_docs_render.py`` re-renders and
+compares.
 
 Standard library only, so the check is fast and runs anywhere the tests do.
 """

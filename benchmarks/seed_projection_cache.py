@@ -4,8 +4,8 @@ so that a first ``vlabench site build`` or ``project`` reads them instead of tra
 
 The entries are keyed as the cache keys them (the spec, the workload, the precision, vlabench's and torch's versions
 and the code they depend on), so a seed older than the code or the profiles is simply never read. ``manifest.json``
-records what the seed was written from; ``tests/test_projection_seed.py`` fails when the code or the profiles have
-moved on since, naming this script.
+records what the seed was written from; ``tests/unit/analysis/test_projection_seed.py`` fails when the code or the
+profiles have moved on since, naming this script.
 
 Usage: python3 benchmarks/seed_projection_cache.py [--check]
 """

@@ -16,8 +16,8 @@ Without ``--bundled``, the results are one real result file (``tests/data/artifa
 (``benchmarks/results``) copied with a seeded RNG into new run ids, models, devices, backends, precisions, optimizations
 and latencies; no benchmark runs. The distribution is skewed the way a real results folder is: 40 % of the runs on one
 device (the development host), the others spread over every packaged device profile. Prints the build time, the site's
-total size, the number of files and the largest page; ``tests/test_site_scale.py`` asserts the size budgets (never the
-time: timing claims belong here).
+total size, the number of files and the largest page; ``tests/integration/leaderboard_site/test_site_scale.py``
+asserts the size budgets (never the time: timing claims belong here).
 """
 
 from __future__ import annotations

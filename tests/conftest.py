@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # Meta-World's camera renders headless; MuJoCo reads it on import
 
@@ -67,61 +68,14 @@ def module_cache(cache_folder, monkeypatch):
     return cache_folder
 
 
-def runnable_params(reasons: dict[str, str | None]) -> list:
-    """One pytest param per kernel path, skipped with its reason where the path cannot run on this CPU."""
-    return [
-        pytest.param(path, marks=pytest.mark.skipif(reason is not None, reason=f"the {path} path cannot run: {reason}"))
-        for path, reason in reasons.items()
-    ]
-
-
-# Test tiers (markers registered in pyproject.toml; `python3 -m pytest -m unit` is the quick tier). A test is in the
-# browser tier when it drives chromium, ray when it starts a Ray cluster, gpu when it needs an NVIDIA GPU (it is
-# skipped without one); otherwise unit when its module is one of UNIT_MODULES (pieces tested on their own, each test
-# well under a second or two), else integration (real models through real runtimes, the CLI end to end, subprocesses).
-UNIT_MODULES = frozenset(
-    {
-        "test_architecture",
-        "test_artifacts",
-        "test_attention_gqa",
-        "test_batching",
-        "test_wire",
-        "test_serving_relations",
-        "test_link",
-        "test_caches",
-        "test_cet",
-        "test_cli_help",
-        "test_closed_loop",
-        "test_compare_validate",
-        "test_devices",
-        "test_device_profiles",
-        "test_docs_render",
-        "test_energy_meters",
-        "test_execution_gate",
-        "test_file_modes",
-        "test_fp8",
-        "test_fusion_overlap",
-        "test_hostile_numbers",
-        "test_hostile_yaml",
-        "test_input_pipeline",
-        "test_int8_attention",
-        "test_loader_properties",
-        "test_parity_transformers",
-        "test_percentile_intervals",
-        "test_precisions_and_cuda",
-        "test_projection_seed",
-        "test_proportions",
-        "test_reduced_precision_families",
-        "test_reference_fallback",
-        "test_rotary_table",
-        "test_sampler_runner",
-        "test_sm_tracing",
-        "test_specs",
-        "test_system_state",
-        "test_task_success",
-    }
-)
-BROWSER_FIXTURES = frozenset({"browser", "index"})
+# Test tiers (markers registered in pyproject.toml; `python3 -m pytest -m unit` is the quick tier), from the folder a
+# test module sits in under tests/: unit/ (pieces tested on their own, mirroring the source packages: no compile, no
+# kernel build, no subprocess, no clock), integration/ (real models through real runtimes, the CLI end to end,
+# subprocesses, torch.compile, C++ kernel builds), browser/ (drives chromium) and ray/ (starts a Ray cluster). A test
+# that needs an NVIDIA GPU (it is skipped without one) is in the gpu tier wherever it sits; a module directly in
+# tests/ is integration until it is placed.
+FOLDER_TIERS = ("unit", "integration", "browser", "ray")
+TESTS = Path(__file__).parent
 GPU_FIXTURES = frozenset({"nvml_gpu"})
 GPU_WORDS = ("CUDA", "TensorRT", "NVIDIA GPU")
 
@@ -129,16 +83,14 @@ os.environ.setdefault("COLUMNS", "200")  # tables and messages about long tempor
 
 
 def tier(item: pytest.Item) -> str:
-    module = item.path.stem
-    if BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return "browser"
-    if module == "test_ray_sweep":
-        return "ray"
+    folder = item.path.relative_to(TESTS).parts[0]
+    if folder in ("browser", "ray"):
+        return folder
     reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
     needs_gpu = any(word in reason for reason in reasons for word in GPU_WORDS)
     if item.get_closest_marker("gpu") or needs_gpu or GPU_FIXTURES & set(getattr(item, "fixturenames", ())):
         return "gpu"
-    return "unit" if module in UNIT_MODULES else "integration"
+    return folder if folder in FOLDER_TIERS else "integration"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -146,3 +98,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = tier(item)
         if not item.get_closest_marker(name):
             item.add_marker(getattr(pytest.mark, name))
+
+
+@pytest.fixture(scope="session")
+def results_dir(tmp_path_factory):
+    """The leaderboard's inputs: two real runs of smolvla-tiny and the edge cases derived from them (support.site)."""
+    from tests.support.site import site_results
+
+    return site_results(tmp_path_factory.mktemp("site-results"))
+
+
+@pytest.fixture(scope="session")
+def built(results_dir, tmp_path_factory):
+    """The leaderboard site built from ``results_dir``: its build report and its folder."""
+    from tests.support.site import TARGET_HZ
+    from vlabench.leaderboard_site.build import build_site
+
+    out = tmp_path_factory.mktemp("site-out") / "site"
+    report = build_site([results_dir], out, control_hz=TARGET_HZ)
+    return report, out
+
+
+@pytest.fixture(scope="session")
+def table(built) -> list[dict]:
+    """The ranked rows of ``leaderboard.json``."""
+    import json
+
+    return json.loads((built[1] / "leaderboard.json").read_text())["rows"]
+
+
+@pytest.fixture(scope="session")
+def fast_run():
+    """The cheapest run that still measures (``tests/support/fast_run.py``): ``fast_run.args()`` for the CLI,
+    ``fast_run.config(model=...)`` for a RunConfig, ``fast_run.fields()`` for its settings; keyword overrides change
+    a setting (None leaves it at its default)."""
+    from tests.support.fast_run import FAST_RUN
+
+    return FAST_RUN

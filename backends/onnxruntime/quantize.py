@@ -173,12 +173,12 @@ def calibration_feeds(fp32: GraphPolicy, spec: ModelSpec, workload: Workload, se
 
     fp32.run_graph = recording
     cpu = torch.device("cpu")
-    sampler = make_action_loop(spec, workload, cpu, None)
+    loop = make_action_loop(spec, workload, cpu, None)
     for offset in CALIBRATION_SEEDS:
         obs = synthetic_observation(spec, workload, seed + offset, torch.float32, cpu)
         noise = initial_noise(workload, seed + offset, torch.float32, cpu)
         with torch.inference_mode():
-            sampler.sample(fp32, fp32.prefix(obs), noise)
+            loop.sample(fp32, fp32.prefix(obs), noise)
     return recorded
 
 

@@ -361,10 +361,10 @@ class OpenVinoBackend(Backend):
         compiled = {graph: self.core.compile_model(str(source.xml(graph)), "CPU", config) for graph in exported.graphs}
         policy = OpenVinoPolicy(compiled, torch.float32, {}, exported.graphs, load_cache_class(exported.cache_class))
         policy.recorded = {}
-        sampler = make_action_loop(spec, workload, cpu)
+        loop = make_action_loop(spec, workload, cpu)
         for seed in range(first, first + count):
             obs = synthetic_observation(spec, workload, seed, torch.float32, cpu)
-            sampler.sample(policy, policy.prefix(obs), initial_noise(workload, seed, torch.float32, cpu))
+            loop.sample(policy, policy.prefix(obs), initial_noise(workload, seed, torch.float32, cpu))
         return policy.recorded
 
     @staticmethod

@@ -10,7 +10,8 @@ written into the IR's XML (``<rt_info>`` of each layer), the documented IR form 
 
 Before marking, two rewrites keep the marks alive through the plugin's own passes (the attribute is not copied to
 replacement nodes): no-op Converts (f32 → f32) are bypassed and Unsqueeze/Squeeze with a static output shape become
-a Reshape to that shape. Both leave the graph's results unchanged (``tests/test_openvino_precision.py``).
+a Reshape to that shape. Both leave the graph's results unchanged
+(``tests/integration/backends/test_openvino_precision.py``).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def _clone(value: Any) -> Any:
 class FusedDenoiseLoop:
     """All Euler steps captured as one CUDA graph over static noise and prefix-cache buffers."""
 
-    def __init__(self, denoise: Callable, sampler: EulerLoop, cache: PrefixCache, noise: Tensor) -> None:
+    def __init__(self, denoise: Callable, loop: EulerLoop, cache: PrefixCache, noise: Tensor) -> None:
         self.noise = noise.clone()
         self.cache = _copy_cache(cache)
         stepper = SimpleNamespace(denoise_step=denoise)
@@ -85,11 +85,11 @@ class FusedDenoiseLoop:
         side.wait_stream(current)
         with torch.cuda.stream(side):
             for _ in range(CAPTURE_WARMUP):
-                sampler.sample(stepper, self.cache, self.noise)
+                loop.sample(stepper, self.cache, self.noise)
         current.wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.actions = sampler.sample(stepper, self.cache, self.noise)
+            self.actions = loop.sample(stepper, self.cache, self.noise)
 
     def __call__(self, cache: PrefixCache, noise: Tensor) -> Tensor:
         pairs = [(self.noise, noise)] + [(getattr(self.cache, name), getattr(cache, name)) for name in CACHE_FIELDS]
@@ -107,7 +107,7 @@ class CompiledPolicy(PreparedPolicy):
         model: nn.Module,
         device: torch.device,
         mode: str,
-        sampler: ActionLoop,
+        loop: ActionLoop,
         inductor: dict[str, Any] | None = None,
         quantization: dict[str, Any] | None = None,
         hoister: ExpertKVHoister | None = None,
@@ -118,14 +118,14 @@ class CompiledPolicy(PreparedPolicy):
         self.inductor = dict(CPU_INFERENCE if device.type == "cpu" else {}) if inductor is None else inductor
         self.device = device
         self.mode = mode
-        self.sampler = sampler
+        self.loop = loop
         frozen = bool(self.inductor.get("freezing"))
         self._embed = _compile(model.embed_images, mode, frozen)
         self._prefill = _compile(model.prefill, mode, frozen)
         self._denoise = _compile(model.denoise_step, mode, frozen)
         self._decode = _compile(model.decode_step, mode, frozen) if hasattr(model, "decode_step") else None
         # Inductor's CUDA graph trees recycle a graph's outputs once the next compiled call starts: copy out the
-        # outputs that outlive that call (the denoise velocity is consumed by the sampler before the next step).
+        # outputs that outlive that call (the denoise velocity is consumed by the loop before the next step).
         self._copy_outputs = device.type == "cuda" and mode in WITHOUT_CUDAGRAPHS
         self.compile_s: dict[str, float] = {}
         self.fused: FusedDenoiseLoop | None = None
@@ -185,11 +185,11 @@ class CompiledPolicy(PreparedPolicy):
     def _compile_phases(self, obs: Observation, noise: Tensor) -> PrefixCache:
         image_tokens = self._first_call("vision", self.embed_images, obs)
         cache = self._first_call("prefill", self.prefill, obs, image_tokens)
-        if self._decode is not None and not hasattr(self.sampler, "times"):
+        if self._decode is not None and not hasattr(self.loop, "times"):
             token = torch.zeros(noise.shape[0], 1, dtype=torch.long, device=noise.device)
             self._first_call("decode", self.decode_step, token, _copy_cache(cache))
         else:
-            self._first_call("denoise", self.denoise_step, noise, self.sampler.times[0], cache)
+            self._first_call("denoise", self.denoise_step, noise, self.loop.times[0], cache)
         return cache
 
     def _first_call(self, phase: str, function: Callable, *args: Any) -> Any:
@@ -208,7 +208,7 @@ class CompiledPolicy(PreparedPolicy):
         mode = WITHOUT_CUDAGRAPHS.get(self.mode)
         denoise = self._denoise if mode is None else _compile(self.model.denoise_step, mode)
         start = time.perf_counter()
-        self.fused = FusedDenoiseLoop(denoise, self.sampler, cache, noise)
+        self.fused = FusedDenoiseLoop(denoise, self.loop, cache, noise)
         self.synchronize()
         self.fused_capture_s = time.perf_counter() - start
 
@@ -306,10 +306,10 @@ class TorchCompileBackend(Backend):
             raise UnavailableError(
                 f"the fused denoise loop captures Euler steps; {spec.name} runs {workload.action_loop}"
             )
-        sampler = make_action_loop(spec, workload, device)
+        loop = make_action_loop(spec, workload, device)
         model, quantization = build_torch_replica(spec, seed, precision, device, self.quant_scheme)
         hoister = ExpertKVHoister(model, workload.suffix_tokens, joint_buffers=False) if self.fuse_expert_kv else None
-        policy = CompiledPolicy(model, device, self.mode, sampler, quantization=quantization, hoister=hoister)
+        policy = CompiledPolicy(model, device, self.mode, loop, quantization=quantization, hoister=hoister)
         noise = initial_noise(workload, seed, dtype, device)
         with stage("compile"):
             cache = policy.compile_phases(synthetic_observation(spec, workload, seed, dtype, device), noise)

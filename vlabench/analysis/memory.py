@@ -5,8 +5,9 @@ cache; the largest transient activations of a phase (vision, prefill, one action
 scores grow with chunk × (prefix + chunk)); the inputs (cameras × image size, chunk × action dimension, several
 copies: the seeded variants, their fp32 creation and the reference's); the per-step timing records (steps ×
 iterations); and the runtime: its own arena and libraries, and for exported graphs (onnxruntime, openvino,
-tensorrt) the exporter's traced graph and the runtime's own copy of the weights. ``tests/test_memory_estimate.py``
-checks that the estimate is never below the peak RSS a run adds, and at most 4× it, across workloads."""
+tensorrt) the exporter's traced graph and the runtime's own copy of the weights.
+``tests/integration/analysis/test_memory_estimate.py`` checks that the estimate is never below the peak RSS a run
+adds, and at most 4× it, across workloads."""
 
 from __future__ import annotations
 

@@ -180,7 +180,7 @@ def fidelity(
         typer.Option(
             parser=closed_loop_precisions_option,
             metavar="LIST",
-            help="Reacher closed loop: the exact sampler again with the policy at these precisions, on the same "
+            help="Reacher closed loop: the exact loop again with the policy at these precisions, on the same "
             "episodes: a comma list of bf16, int8, fp8, int4 (int8/fp8/int4: the torch backend's CPU quantizers), "
             "or none.",
         ),

@@ -23,7 +23,7 @@ from vlabench.results.provenance import collect_provenance
 if TYPE_CHECKING:
     from vlabench.optimizations.closed_loop.evaluate import EpisodeStats
 
-EXACT_ROW = "exact"  # the fp32 exact sampler's closed-loop row; the other precisions' rows follow it
+EXACT_ROW = "exact"  # the fp32 exact loop's closed-loop row; the other precisions' rows follow it
 REACHER_CHUNK, REACHER_ACTIONS_PER_CHUNK = 8, 4
 
 
@@ -52,7 +52,7 @@ def run_fidelity(
     """``target``: device, backend, precision, checkpoint, as ``plan_target`` takes them (default: seeded weights, or
     the model's trained ones, fp32 eager torch on the auto-resolved device). The closed loop: a model vlabench trained
     (``spec.trained``) plays its benchmark under every variant of ``task_success`` (``commands.task_success``);
-    any other model is judged through the Reacher toy, whose ``closed_loop_precisions`` rows run the exact sampler
+    any other model is judged through the Reacher toy, whose ``closed_loop_precisions`` rows run the exact loop
     with its policy at each (bf16, int8, fp8, int4: the torch backend's CPU quantizers; None: all four), on the same
     episodes as the fp32 rows. A variant that cannot run here is skipped with its reason."""
     if actions_per_chunk is not None and actions_per_chunk < 1:

@@ -40,7 +40,7 @@ def run_loop(config: RunConfig, stale_steps: int, cycles: int, warmup: int, out_
         name: FusionLoop(
             policy.prefix_lane(),
             policy,
-            contender.sampler,
+            contender.loop,
             policy.synchronize,
             steps,
             target,

@@ -74,7 +74,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
         passes.append(_pass("ceilings", "measured ceilings", 0, begin, ["kernels.ceilings"]))
 
     contender = prepare_contender(plan)
-    policy, sampler, inputs = contender.policy, contender.sampler, contender.inputs
+    policy, loop, inputs = contender.policy, contender.loop, contender.inputs
     warm_up(contender, config.warmup)
     counters = counters_for(target, detect_host().l4t_release is not None, settings.sample_period_s)
     begin = perf_counter_ns()
@@ -82,7 +82,7 @@ def run_profile(config: RunConfig, settings: ProfileSettings, out_dir: Path) -> 
     iterations = len(recorder.samples_ms["e2e"])
     passes.append(_pass("trace", "phase spans, counters, summary", iterations, begin, [s.source for s in counters]))
     tracing = SmTracing(gpu=_gpu_sm(target), kernels={"available": False, "reason": _no_kernels(target, settings)})
-    gpm = _gpm_pass(policy, sampler, inputs, target, settings, tracing)
+    gpm = _gpm_pass(policy, loop, inputs, target, settings, tracing)
     del policy
 
     trace = ChromeTrace(origin, f"vlabench profile {plan.spec.name} {plan.backend.name} {plan.precision}")
@@ -165,7 +165,7 @@ def _traced(
     try:
         while index < settings.iterations or (perf_counter_ns() - started) / 1e9 < settings.min_duration_s:
             obs, noise, pipelined = contender.example(index)
-            phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
+            phased_inference(contender.policy, contender.loop, obs, noise, recorder, pipelined)
             index += 1
     finally:
         series = [s for one in counters for s in one.stop()]
@@ -194,7 +194,7 @@ def _operators_pass(
     backend = type(plan.backend).from_options(replace(plan.options, profile_nodes=nodes))
     target = plan.device.torch_device
     contender = prepare_contender(plan, backend=backend)
-    policy, sampler = contender.policy, contender.sampler
+    policy, loop = contender.policy, contender.loop
     warm_up(contender, 1)
     instruments = [f"{backend.name} node profiler"] if nodes else []
     begin = perf_counter_ns()
@@ -207,7 +207,7 @@ def _operators_pass(
         profiler.start()
     for index in range(settings.operator_iterations):
         obs, noise, pipelined = contender.example(index)
-        phased_inference(policy, sampler, obs, noise, recorder, pipelined)
+        phased_inference(policy, loop, obs, noise, recorder, pipelined)
     if profiler is not None:
         profiler.stop()
     record = _pass("operators", "operator/kernel events in the trace", settings.operator_iterations, begin, instruments)
@@ -282,14 +282,14 @@ def _no_kernels(target: torch.device, settings: ProfileSettings) -> str:
 
 
 def _gpm_pass(
-    policy, sampler: ActionLoop, inputs: Sequence[tuple], target: torch.device, settings: ProfileSettings, tracing
+    policy, loop: ActionLoop, inputs: Sequence[tuple], target: torch.device, settings: ProfileSettings, tracing
 ) -> tuple[PassRecord, GpmWindows] | None:
     """Each phase repeated on its own between NVML GPM samples; why not, in ``tracing.gpm``, where it cannot run."""
     if target.type != "cuda" or not settings.gpm:
         tracing.gpm = describe_gpm("not a CUDA device" if target.type != "cuda" else "turned off")
         return None
     begin = perf_counter_ns()
-    workloads = _phase_workloads(policy, sampler, inputs)
+    workloads = _phase_workloads(policy, loop, inputs)
     measured, reason = run_gpm_pass(workloads, target.index or 0, settings.gpm_window_s, settings.gpm_windows)
     tracing.gpm = describe_gpm(reason, settings.gpm_window_s, settings.gpm_windows)
     if measured is None:
@@ -300,7 +300,7 @@ def _gpm_pass(
     return _pass("gpm", produced, sum(measured.repetitions.values()), begin, ["nvml gpm"]), measured
 
 
-def _phase_workloads(policy, sampler: ActionLoop, inputs: Sequence[tuple]) -> dict[str, Callable[[], None]]:
+def _phase_workloads(policy, loop: ActionLoop, inputs: Sequence[tuple]) -> dict[str, Callable[[], None]]:
     """One synchronized call of each phase on the first input, as the trace pass spans it; e2e chains them."""
     obs, noise = inputs[0]
     tokens = policy.embed_images(obs)
@@ -316,11 +316,11 @@ def _phase_workloads(policy, sampler: ActionLoop, inputs: Sequence[tuple]) -> di
         policy.synchronize()
 
     def step() -> None:
-        sampler.sample_partial(policy, cache, noise, steps=range(1))
+        loop.sample_partial(policy, cache, noise, steps=range(1))
         policy.synchronize()
 
     def action(prefix=cache) -> None:
-        fused(prefix, noise) if fused is not None else sampler.sample(policy, prefix, noise)
+        fused(prefix, noise) if fused is not None else loop.sample(policy, prefix, noise)
         policy.synchronize()
 
     def e2e() -> None:

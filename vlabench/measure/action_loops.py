@@ -1,5 +1,5 @@
 """The action loops. Every backend exposes ``denoise_step`` (and ``decode_step`` for token decoders); only the
-sampler decides which steps run. ``make_action_loop`` picks the loop a model's spec declares."""
+action loop decides which steps run. ``make_action_loop`` picks the loop a model's spec declares."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ TOLERANCES: dict[str, Tolerance] = {
 int8 gets bf16's bounds: an int8 code and a bf16 mantissa both carry about 8 significant bits, and per-channel
 scales keep int8 weights within one step of 1/254 of each channel's range. int4 steps are 16× coarser (1/14 of a
 group's range), so its bounds are wider; a corrupted or mis-scaled quantization still lands far outside them
-(tests/test_openvino_precision.py checks both sides)."""
+(tests/integration/backends/test_openvino_precision.py checks both sides)."""
 
 
 class Correctness(BaseModel):
@@ -121,12 +121,12 @@ def reference_actions(
         model = build_replica(spec, seed, Precision.DTYPES[precision], device, transform=lambda name, module: None)
     else:
         raise ValueError(f"a {precision} reference needs the quantized build passed as ``build``")
-    sampler = make_action_loop(spec, workload, device, schedule)
+    loop = make_action_loop(spec, workload, device, schedule)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
-            actions = sampler.sample(model, model.prefix(obs), noise).float().cpu()
+            actions = loop.sample(model, model.prefix(obs), noise).float().cpu()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
     del model

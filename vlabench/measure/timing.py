@@ -75,7 +75,7 @@ class Pipelined:
 
 def phased_inference(
     policy: PreparedPolicy,
-    sampler: ActionLoop,
+    loop: ActionLoop,
     obs: Observation,
     noise: Tensor,
     recorder: SpanRecorder,
@@ -98,7 +98,7 @@ def phased_inference(
             if fused is not None:
                 actions = fused(cache, noise)
             else:
-                actions = sampler.sample(policy, cache, noise, lambda i: recorder.span(Phase.step_span(i)))
+                actions = loop.sample(policy, cache, noise, lambda i: recorder.span(Phase.step_span(i)))
         if pipelined is not None:
             with recorder.span("postprocess"):
                 pipelined.pipeline.postprocess(actions)
@@ -106,7 +106,7 @@ def phased_inference(
 
 
 def plain_inference(
-    policy: PreparedPolicy, sampler: ActionLoop, obs: Observation, noise: Tensor, pipelined: Pipelined | None = None
+    policy: PreparedPolicy, loop: ActionLoop, obs: Observation, noise: Tensor, pipelined: Pipelined | None = None
 ) -> Tensor:
     """One inference with no synchronization inside (the caller synchronizes once at the end); with ``pipelined``,
     pre- and postprocessing around it. Returns the model's actions (before postprocessing)."""
@@ -114,7 +114,7 @@ def plain_inference(
         obs = pipelined.pipeline.preprocess(pipelined.raw)
     fused = policy.fused_loop()
     cache = policy.prefix(obs)
-    actions = fused(cache, noise) if fused is not None else sampler.sample(policy, cache, noise)
+    actions = fused(cache, noise) if fused is not None else loop.sample(policy, cache, noise)
     if pipelined is not None:
         pipelined.pipeline.postprocess(actions)
     return actions
@@ -122,11 +122,11 @@ def plain_inference(
 
 @dataclass
 class Contender:
-    """One prepared policy with its sampler and its inputs (already on its target, in its dtype); with
+    """One prepared policy with its action loop and its inputs (already on its target, in its dtype); with
     ``pipelined``, one raw observation per input that every timed inference is preprocessed from."""
 
     policy: PreparedPolicy
-    sampler: ActionLoop
+    loop: ActionLoop
     inputs: Sequence[tuple[Observation, Tensor]]
     pipelined: Sequence[Pipelined] = ()
 
@@ -138,14 +138,14 @@ class Contender:
 
 def measure(
     policy: PreparedPolicy,
-    sampler: ActionLoop,
+    loop: ActionLoop,
     inputs: Sequence[tuple[Observation, Tensor]],
     settings: RunnerSettings,
     progress: Progress | None = None,
 ) -> Measurement:
     """Warm up, then alternate phased and unsynchronized iterations until both the minimum iteration count and
     the minimum duration are met (or ``max_iterations`` is reached). Inputs are cycled, already on the target."""
-    return measure_interleaved([Contender(policy, sampler, inputs)], settings, progress)[0]
+    return measure_interleaved([Contender(policy, loop, inputs)], settings, progress)[0]
 
 
 def measure_interleaved(
@@ -171,14 +171,14 @@ def measure_interleaved(
         for i, contender in enumerate(contenders):
             if done(i):
                 continue
-            policy, sampler = contender.policy, contender.sampler
+            policy, loop = contender.policy, contender.loop
             obs, noise, pipelined = contender.example(iterations[i])
             begin = perf_counter_ns()
             starts[i].append(begin)
-            actions[i] = phased_inference(policy, sampler, obs, noise, recorders[i], pipelined)
+            actions[i] = phased_inference(policy, loop, obs, noise, recorders[i], pipelined)
             policy.synchronize()
             middle = perf_counter_ns()
-            plain_inference(policy, sampler, obs, noise, pipelined)
+            plain_inference(policy, loop, obs, noise, pipelined)
             policy.synchronize()
             end = perf_counter_ns()
             unsynced[i].append((end - middle) / 1e6)
@@ -205,7 +205,7 @@ def warm_up(contender: Contender, warmup: int) -> float:
     recorder = SpanRecorder(contender.policy.synchronize)
     for index in range(max(warmup, 1)):
         obs, noise, pipelined = contender.example(index)
-        phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
+        phased_inference(contender.policy, contender.loop, obs, noise, recorder, pipelined)
     return recorder.samples_ms["e2e"][0]
 
 
@@ -223,7 +223,7 @@ def after_idle(contender: Contender, idle_s: float) -> float:
     time.sleep(idle_s)
     recorder = SpanRecorder(contender.policy.synchronize)
     obs, noise, pipelined = contender.example(0)
-    phased_inference(contender.policy, contender.sampler, obs, noise, recorder, pipelined)
+    phased_inference(contender.policy, contender.loop, obs, noise, recorder, pipelined)
     return recorder.samples_ms["e2e"][0]
 
 
@@ -248,7 +248,7 @@ def measure_energy(contender: Contender, meter: EnergyMeter, window_s: float, id
     meter.start()
     started = perf_counter_ns()
     while iterations == 0 or (perf_counter_ns() - started) / 1e9 < window_s:
-        plain_inference(policy, contender.sampler, *contender.example(iterations))
+        plain_inference(policy, contender.loop, *contender.example(iterations))
         policy.synchronize()
         iterations += 1
     return EnergyWindows(idle=idle, busy=meter.stop(), iterations=iterations)

@@ -138,8 +138,8 @@ def open_loop(
             continue
         with exact_arithmetic(device):
             hoist = ExpertKVHoister(model, workload.suffix_tokens) if variant.fuse_expert_kv else (lambda c: c)
-            sampler = loop_of(variant.dp_cache, observations)
-            loop = FusionLoop(hoist, model, sampler, lambda: None, variant.stale_steps, device, concurrent=False)
+            action_loop = loop_of(variant.dp_cache, observations)
+            loop = FusionLoop(hoist, model, action_loop, lambda: None, variant.stale_steps, device, concurrent=False)
             loop.previous = hoist(previous)
             actions, _ = loop.cycle(current, noise)
         results.append((variant, action_error(actions, exact, noise)))
@@ -147,7 +147,7 @@ def open_loop(
 
 
 def _candidate_cycles(
-    candidate: Candidate, variant: FidelityVariant, sequence: list, noises: list[Tensor], sampler, device
+    candidate: Candidate, variant: FidelityVariant, sequence: list, noises: list[Tensor], action_loop, device
 ) -> Tensor:
     """The variant's chunks through the candidate's policy, cycle by cycle as a control loop runs them (each cycle's
     prefix computed once, on the policy's own prefix lane; the previous one kept for V-AEFusion's stale steps)."""
@@ -157,7 +157,7 @@ def _candidate_cycles(
         raise ValueError(f"{candidate.description} does not fuse the expert's prefix K/V")
     policy = candidate.fused() if variant.fuse_expert_kv and candidate.fused else candidate.policy
     lane = policy.prefix_lane()
-    loop = FusionLoop(lane, policy, sampler, policy.synchronize, variant.stale_steps, device, concurrent=False)
+    loop = FusionLoop(lane, policy, action_loop, policy.synchronize, variant.stale_steps, device, concurrent=False)
     chunks = []
     with torch.inference_mode():
         loop.previous = lane(candidate.observation(sequence[0]))

@@ -54,15 +54,15 @@ class FusionLoop:
         self,
         prefix: Callable[[Any], PrefixCache],
         policy: DenoisingPolicy,
-        sampler: EulerLoop,
+        loop: EulerLoop,
         synchronize: Callable[[], None],
         stale_steps: int,
         device: torch.device,
         concurrent: bool = True,
     ) -> None:
-        if not 0 <= stale_steps <= sampler.steps:
-            raise ValueError(f"stale steps must be within 0..{sampler.steps}, got {stale_steps}")
-        self.prefix, self.policy, self.sampler = prefix, policy, sampler
+        if not 0 <= stale_steps <= loop.steps:
+            raise ValueError(f"stale steps must be within 0..{loop.steps}, got {stale_steps}")
+        self.prefix, self.policy, self.loop = prefix, policy, loop
         self.synchronize = synchronize
         self.stale_steps = stale_steps
         self.concurrent = concurrent
@@ -77,12 +77,12 @@ class FusionLoop:
 
     def cycle(self, observation: Any, noise: Tensor) -> tuple[Tensor, CycleSpans]:
         start = perf_counter_ns()
-        steps = self.sampler.steps
+        steps = self.loop.steps
         if self.previous is None or self.stale_steps == 0:
             cache = self.prefix(observation)
             self.synchronize()
             prefix_done = perf_counter_ns()
-            actions = self.sampler.sample(self.policy, cache, noise)
+            actions = self.loop.sample(self.policy, cache, noise)
             self.synchronize()
             end = perf_counter_ns()
             self.previous = cache
@@ -92,13 +92,13 @@ class FusionLoop:
         if future is None:
             cache, prefix_span = self._timed_prefix(observation)
         stale_begin = perf_counter_ns()
-        x_t, _ = self.sampler.sample_partial(self.policy, stale_cache, noise, steps=range(self.stale_steps))
+        x_t, _ = self.loop.sample_partial(self.policy, stale_cache, noise, steps=range(self.stale_steps))
         self.synchronize()
         stale_end = perf_counter_ns()
         if future is not None:
             cache, prefix_span = future.result()
         fresh_start = perf_counter_ns()
-        actions, _ = self.sampler.sample_partial(self.policy, cache, x_t, steps=range(self.stale_steps, steps))
+        actions, _ = self.loop.sample_partial(self.policy, cache, x_t, steps=range(self.stale_steps, steps))
         self.synchronize()
         end = perf_counter_ns()
         self.previous = cache

@@ -1,7 +1,7 @@
 """Every artifact vlabench writes, in one place: which class reads which ``kind``, whatever else is imported.
 
 Add a new artifact class (an ``ArtifactHeader`` subclass with its own one-value ``kind``) to ``ARTIFACTS``;
-``tests/test_artifacts.py`` fails for one defined anywhere in the package and missing here."""
+``tests/unit/results/test_artifacts.py`` fails for one defined anywhere in the package and missing here."""
 
 from __future__ import annotations
 

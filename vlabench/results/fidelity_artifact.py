@@ -16,7 +16,7 @@ FIDELITY_SCHEMA_VERSION = "1.3"
 """1.0: the artifact header (``schema_version``, ``run_id``, ``finished_utc``, device/backend/precision and
 provenance added to the fidelity report of before). 1.1: ``checkpoint``, ``open_loop_candidate`` and ``skipped``;
 device/backend/precision are the open loop's (``--device``, ``--backend``, ``--precision``). 1.2: closed-loop rows of
-the exact sampler with the policy at other precisions (``exact bf16``, ``exact int8``, ``exact int4``; a row's
+the exact loop with the policy at other precisions (``exact bf16``, ``exact int8``, ``exact int4``; a row's
 ``precision``, ``scheme`` and ``float_linears``) and ``closed_loop_precisions``; older files read as fp32 rows. 1.3:
 ``task_success``, the closed loop of a model vlabench trained (``results.task_success``); absent in older files."""
 
@@ -60,7 +60,7 @@ class FidelityReport(ArtifactHeader):
     skipped: list[SkippedVariant] = Field(default_factory=list, description="variants that do not apply here, why")
     closed_loop_task: str | None = None
     closed_loop_precisions: list[str] = Field(
-        default_factory=list, description="policy precisions asked for besides fp32 (exact sampler; skipped ones too)"
+        default_factory=list, description="policy precisions asked for besides fp32 (exact loop; skipped ones too)"
     )
     closed_loop: list[ClosedLoopRow]
     task_success: TaskSuccessReport | None = Field(

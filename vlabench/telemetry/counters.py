@@ -84,7 +84,7 @@ class PollingCounter(UtilizationCounter):
         self._series = self.empty_series()
         self._halt.clear()
         self.read()  # primes interval counters such as psutil's
-        self._thread = threading.Thread(target=self._run, name=f"vlabench-{self.source}-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"vlabench-{self.source}-counter", daemon=True)
         self._thread.start()
 
     def stop(self) -> list[Series]:

@@ -73,7 +73,7 @@ def execute_many(
         correctness = None
         if needs[index]:
             obs, noise = contender.inputs[0]
-            actions = plain_inference(contender.policy, contender.sampler, obs, noise)
+            actions = plain_inference(contender.policy, contender.loop, obs, noise)
             choice = references.choice
             correctness = compare(
                 actions, references.get(plan.schedule), noise, plan.precision, choice.precision, spec, choice.reason

@@ -145,7 +145,7 @@ def choose_precision(plan: RunPlan) -> tuple[RunPlan, PrecisionChoice, PreparedP
         entry = ProbedPrecision(precision=precision, e2e_p50_ms=p50, gate="reference")
         if needs_reference(plan.backend.is_reference, precision):
             obs, noise = contender.inputs[0]
-            actions = plain_inference(policy, contender.sampler, obs, noise)
+            actions = plain_inference(policy, contender.loop, obs, noise)
             choice = references.choice
             verdict = compare(
                 actions, references.get(plan.schedule), noise, precision, choice.precision, plan.spec, choice.reason

@@ -133,7 +133,7 @@ class BatchedInference:
         size = next(size for size in self.sizes if size >= len(rows))
         contender, pipeline, noise = self.buckets[size]
         observation = pipeline.preprocess(stack_rows(rows, size))
-        actions = pipeline.postprocess(plain_inference(contender.policy, contender.sampler, observation, noise))
+        actions = pipeline.postprocess(plain_inference(contender.policy, contender.loop, observation, noise))
         contender.policy.synchronize()
         return list(actions[: len(rows)].cpu().unbind(0)), size
 

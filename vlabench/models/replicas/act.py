@@ -14,7 +14,7 @@ Phases:
 - ``prefill``: the post-norm transformer encoder over [latent token (zero latent, the CVAE encoder is skipped at
   inference), state token, image tokens] with lerobot's positional embeddings → :class:`ActMemory`;
 - ``denoise_step``: the decoder (``chunk`` zero queries + ``decoder_pos_embed``, cross-attending to the memory) and
-  ``action_head`` → the action chunk in one pass. ``x_t`` and ``t`` are ignored (``sampler == "single_pass"``).
+  ``action_head`` → the action chunk in one pass. ``x_t`` and ``t`` are ignored (``action_loop == "single_pass"``).
 
 The CVAE encoder (``vae_encoder*``) is held for the parameter count and the checkpoint layout but never run.
 Positional tables are computed from static shapes at call time (no buffers): lerobot's only persistent table,

@@ -15,7 +15,7 @@ Phases:
   keypoints, ``out`` Linear + ReLU → (B, cameras * frames, 2 * keypoints);
 - ``prefill``: per frame [state, camera features] concatenated and flattened → :class:`GlobalCondition`;
 - ``denoise_step``: the 1-D conditional U-Net on (x_t, DDPM timestep t, condition) → predicted noise ε.
-  The DDPM/DDIM update is the sampler's.
+  The DDPM/DDIM update is the action loop's.
 
 The U-Net's FiLM input width depends on the camera count: the replica is built for ``spec.cameras``.
 SpatialSoftmax's coordinate grid is computed from static shapes at call time; lerobot stores it as the persistent

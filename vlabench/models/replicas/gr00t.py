@@ -9,7 +9,7 @@ N1.6 (``gr00t/model/gr00t_n1d6/gr00t_n1d6.py``, ``gr00t/model/modules/{eagle_bac
 read after the final norm, no adapter and no future tokens, and 32 DiT blocks whose cross-attention blocks alternate
 between the text tokens and the image tokens (``AlternateVLDiT``: masks over the same keys).
 
-GR00T integrates τ from 0 (noise) to 1 with x ← x + dτ·v; the shared Euler sampler runs t from 1 to 0 with
+GR00T integrates τ from 0 (noise) to 1 with x ← x + dτ·v; the shared Euler loop runs t from 1 to 0 with
 x ← x − dt·f, so the step uses τ = 1 − t and returns f = −v (the same trajectory).
 """
 

@@ -1,4 +1,4 @@
-"""Closed-loop task success of the exact sampler and its accelerations (DP-Cache, V-AEFusion) on Reacher-v5.
+"""Closed-loop task success of the exact loop and its accelerations (DP-Cache, V-AEFusion) on Reacher-v5.
 
 Every ``actions_per_chunk`` environment steps one FusionLoop control cycle predicts a chunk from the current
 observation and the first ``actions_per_chunk`` actions run open loop. The initial noise of a cycle is seeded from
@@ -80,9 +80,9 @@ def success_rate(
     successes, distances, cycles = 0, [], 0
     with torch.inference_mode():
         for episode in range(episodes):
-            sampler = EulerLoop(policy.steps, batch=1, device=device, schedule=variant.dp_cache)
+            action_loop = EulerLoop(policy.steps, batch=1, device=device, schedule=variant.dp_cache)
             loop = FusionLoop(
-                policy.prefix, counter, sampler, policy.synchronize, variant.stale_steps, device, concurrent=False
+                policy.prefix, counter, action_loop, policy.synchronize, variant.stale_steps, device, concurrent=False
             )
             obs, _ = env.reset(seed=seed + episode)
             try:

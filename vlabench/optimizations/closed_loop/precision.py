@@ -1,6 +1,6 @@
 """The closed-loop policy at reduced precision: bf16, or int8/fp8/int4 through the torch backend's own quantizers.
 
-Each precision's copy of the trained policy runs the exact sampler on the same seeded episodes and noise as the fp32
+Each precision's copy of the trained policy runs the exact loop on the same seeded episodes and noise as the fp32
 policy (``success_rate``), so its success is what that scheme does to the task:
 
 - ``bf16``: weights, buffers and activations in bf16; observations and noise enter in bf16 and the actions leave as
@@ -48,7 +48,7 @@ class PolicyAtPrecision:
 
 @dataclass(frozen=True)
 class PrecisionStats:
-    """The exact sampler's task success with the policy at one precision."""
+    """The exact loop's task success with the policy at one precision."""
 
     stats: EpisodeStats
     precision: str
@@ -57,7 +57,7 @@ class PrecisionStats:
 
 
 def variant_name(precision: str) -> str:
-    """The closed-loop row of the exact sampler at ``precision``: ``exact bf16``, ``exact int8``, …"""
+    """The closed-loop row of the exact loop at ``precision``: ``exact bf16``, ``exact int8``, …"""
     return f"exact {precision}"
 
 
@@ -126,7 +126,7 @@ def precision_success_rates(
     seed: int = 0,
     actions_per_chunk: int = 4,
 ) -> tuple[list[PrecisionStats], list[tuple[str, str]]]:
-    """The exact sampler at each precision on ``success_rate``'s seeded episodes and noise (the fp32 exact row's),
+    """The exact loop at each precision on ``success_rate``'s seeded episodes and noise (the fp32 exact row's),
     and (variant, reason) for each precision that cannot run here."""
     rows, skipped = [], []
     for precision in precisions:
