@@ -139,20 +139,24 @@ Ask = Callable[[int, int], Reply]
 
 
 @contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGTERM ends the window like Ctrl-C (KeyboardInterrupt) while it is open (in the main thread only)."""
+def interruptible() -> Iterator[dict[str, str]]:
+    """Ctrl-C and SIGTERM end the window while it is open (in the main thread only): the signal is noted in the
+    yielded dict (``how``), never raised, so the loop stops between two batches and every request a robot was
+    answered has its batch on record (an exception landing inside a batch lost its record)."""
+    noted: dict[str, str] = {}
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield noted
         return
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt("SIGTERM")
+    def note(signum: int, frame: Any) -> None:
+        noted["how"] = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield noted
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Window:
@@ -286,20 +290,22 @@ def drive_robots(
         threads = [threading.Thread(target=open_loop_arrivals, args=(window, ask, pool), daemon=True)]
     stopped = None
     hard_end = window.end_ns + int(settings.grace_s * 1e9)
-    with interruptible():
+    with interruptible() as signalled:
         try:
             for thread in threads:
                 thread.start()
-            while clock() < hard_end and (
-                any(thread.is_alive() for thread in threads) or (pool is not None and window.in_flight)
+            while (
+                "how" not in signalled
+                and clock() < hard_end
+                and (any(thread.is_alive() for thread in threads) or (pool is not None and window.in_flight))
             ):
                 if pump is None:
                     time.sleep(0.02)
                 elif (record := pump(window.end_ns)) is not None:
                     batches.append(record)
-        except KeyboardInterrupt as interrupt:
-            how = "SIGTERM" if str(interrupt) == "SIGTERM" else "Ctrl-C"
-            stopped = f"interrupted ({how}) after {(clock() - window.began) / 1e9:.1f} s of {settings.duration_s:g} s"
+            if "how" in signalled:
+                seconds = (clock() - window.began) / 1e9
+                stopped = f"interrupted ({signalled['how']}) after {seconds:.1f} s of {settings.duration_s:g} s"
         finally:
             window.halt.set()
             if abandon is not None:
