@@ -10,7 +10,8 @@ import math
 from itertools import pairwise
 from typing import Any
 
-from vlabench.analysis.cet import cost_report, gate
+from vlabench.analysis.cet import gate
+from vlabench.results.serving_energy import Pricing, served_cost
 from vlabench.results.serving_parts import FREEZE_MIN_MS
 
 RunResult = Any
@@ -252,25 +253,13 @@ def _energy_relations(served: Any) -> Problems:
 
 
 def _cost_relations(served: Any, result: RunResult) -> Problems:
-    """A served result's cost is the window's (``cet.cost_report`` on its load), field by field."""
+    """A served result's cost is the window's (``serving_energy.served_cost``, as assemble costs it), field by field."""
     cost, load = result.cost, served.load()
     if cost is None:
         return []
     if load is None:
         return [("cost", "a served result's cost comes from its window's energy, which it does not have")]
-    expected = cost_report(
-        price_usd=cost.price_usd,
-        price_source=cost.price_source,
-        price_estimate=cost.price_estimate,
-        joules_per_inference=served.energy.joules / load.batches,
-        idle_w=served.energy.idle_w,
-        energy_label=cost.energy_label,
-        latency_p50_ms=served.latency.p50,
-        control_hz=result.control.control_hz,
-        execution=result.control.execution_model(),
-        assumptions=cost.assumptions,
-        served=load,
-    )
+    expected = served_cost(served, Pricing.of(cost), result.control.control_hz, result.control.execution_model())
     for field in (
         "actions_per_robot_hour",
         "busy_fraction",

@@ -89,7 +89,8 @@ def estimate_inputs(
 
 def auto_order(profile: DeviceProfile) -> list[str]:
     """Measured sensors the profile lists, in the order they appear, else what its device type usually has."""
-    listed = [name for name in profile.sensors if name in meters()]
+    by_name = meters()
+    listed = [name for name in profile.sensors if name in by_name]
     if listed:
         return listed
     return {"cuda": ["nvml"], "cpu": ["rapl"]}.get(profile.torch_device, [])
