@@ -13,7 +13,6 @@ Usage: python3 benchmarks/seed_projection_cache.py [--check]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,12 +28,9 @@ PROFILE_DATA = ("profiles/models", "profiles/reported", "profiles/devices")
 
 def profiles_fingerprint(root: Path = ROOT) -> str:
     """A hash of the profile files the projection reads (models, published latencies, devices)."""
-    digest = hashlib.sha256()
-    for folder in PROFILE_DATA:
-        for path in sorted((root / folder).glob("*.yaml")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
+    from vlabench.analysis.projection_cache import files_fingerprint
+
+    return files_fingerprint(root, PROFILE_DATA, "*.yaml")
 
 
 def manifest() -> dict:

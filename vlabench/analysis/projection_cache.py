@@ -70,15 +70,21 @@ class ModelFacts(BaseModel):
 
 
 @cache
-def code_fingerprint(sources: tuple[str, ...]) -> str:
-    """A hash of every source file in ``sources`` (their content, not their times)."""
+def files_fingerprint(root: Path, entries: tuple[str, ...], pattern: str = "*.py") -> str:
+    """A hash of every file of ``entries`` under ``root`` (a file, or a folder's ``pattern`` files, recursively):
+    their paths and content, not their times."""
     digest = hashlib.sha256()
-    for entry in sources:
-        path = PACKAGE / entry
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            digest.update(file.relative_to(PACKAGE).as_posix().encode())
+    for entry in entries:
+        path = root / entry
+        for file in sorted(path.rglob(pattern)) if path.is_dir() else [path]:
+            digest.update(file.relative_to(root).as_posix().encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()
+
+
+def code_fingerprint(sources: tuple[str, ...]) -> str:
+    """A hash of every source file in ``sources`` (their content, not their times)."""
+    return files_fingerprint(PACKAGE, sources)
 
 
 def cache_key(kind: str, identity: dict) -> str:
