@@ -15,9 +15,9 @@ from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.analysis.projection_bands import BAND_QUANTILE
 from vlabench.analysis.projection_cache import model_facts
 from vlabench.analysis.projection_energy import energy_band, idle_power, joules
-from vlabench.analysis.projection_fit import get_stack, stack_for_backend, stacks
 from vlabench.analysis.projection_inputs import entry_inputs, model_inputs, power_mode, workload_for
 from vlabench.analysis.projection_score import fitted_model, fitted_parameters, phase_ms, project_phases
+from vlabench.analysis.projection_stacks import get_stack, stack_for_backend, stacks
 from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import DeviceProfile, all_profiles, load_device_profile
 from vlabench.models.specs import load_model_spec, model_names

@@ -51,7 +51,13 @@ FACT_SOURCES = (
     "vocab.py",
 )
 """The code traced facts depend on (relative to the package): the specs, the replicas, the counters."""
-FIT_SOURCES = (*FACT_SOURCES, "analysis/operator_mix.py", "analysis/projection_fit.py", "analysis/projection_score.py")
+FIT_SOURCES = (
+    *FACT_SOURCES,
+    "analysis/operator_mix.py",
+    "analysis/projection_fit.py",
+    "analysis/projection_stacks.py",
+    "analysis/projection_score.py",
+)
 """The code a fit depends on: the facts' code and the model and its fit."""
 
 Cached = TypeVar("Cached", bound=BaseModel)
@@ -160,7 +166,7 @@ _FACTS: dict[str, ModelFacts] = {}
 
 def stack_runtimes() -> dict[str, int]:
     """Bytes each stack's runtime holds: its vlabench backend's arena, none for a stack without a backend."""
-    from vlabench.analysis.projection_fit import stacks
+    from vlabench.analysis.projection_stacks import stacks
     from vlabench.backends import BACKENDS
 
     return {s.name: BACKENDS[s.backend].runtime_bytes if s.backend in BACKENDS else 0 for s in stacks().values()}

@@ -9,8 +9,14 @@ the stack's counting scheme (``kernel_counts``), ``dispatch_ms`` the stack's cos
 device-side time every kernel takes whatever its size, one global amount of work-equivalent per kernel.
 
 Stacks are a hierarchy (``profiles/reported/stacks.yaml``): a stack's three parameters have a Gaussian prior
-centred on its parent's (the first stack it ``borrows``), so a stack with few entries stays near the stack it
-builds on and one with none takes its parent's values; the root (eager PyTorch) has wide priors.
+centred on its parent's (the first stack it ``borrows``; for its shares, the stack its kernels resemble where it
+names one in ``shares_from``), so a stack with few entries stays near the stack it builds on and one with none takes
+its parents' values; the root (eager PyTorch) has wide priors. A stack that keeps its activations in fp32
+(``activation_precision``) runs its weightless operators at the device's fp32 peak (``projection_inputs``).
+
+A device class reaches its own share of its datasheet whatever the stack: every stack's shares of peak and of
+bandwidth move by the class's logit offset (a Jetson's shared LPDDR5 and power-managed clocks, a datacenter card's
+HBM), centred on the reference class's (a desktop card, offset 0).
 
 The host factor is never a device's own number: ``log host = class + launch path + core + slope × log(reference
 clock / host CPU clock)``. Every class (datacenter server, desktop, Jetson, NPU, CPU) has an effect with a prior
@@ -25,16 +31,14 @@ with the stack that ran it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from vlabench.analysis.operator_mix import MixStack, OperatorMix
+from vlabench.analysis.projection_stacks import get_stack, parent_stack, stacks
 from vlabench.errors import unknown_name
 from vlabench.hardware.devices import DeviceProfile
-from vlabench.yaml_data import load_packaged
 
 OBSERVATION_SIGMA = 0.2
 """Log-space noise of a published latency: the ±20% read-off uncertainty the sources state for the Fig. 2 rates."""
@@ -59,6 +63,10 @@ CLASS_PRIOR_SIGMA: dict[str, float | None] = {
 }
 """Prior standard deviation (log) of each device class's host effect, centred on the reference class (None: the
 reference itself)."""
+CLASS_SHARE_SIGMA = 1.0
+"""Prior standard deviation (logit) of a device class's offset to every stack's achieved shares of peak and of
+bandwidth, centred on the reference class's (a desktop card: offset 0)."""
+CLASS_SHARE_KINDS = ("class share", "class bandwidth")
 STACK_PARAMETERS = ("share", "bandwidth", "dispatch")
 """What each stack fits: its shares of peak compute and of peak bandwidth, and its cost per kernel."""
 REFERENCE_PATH = "cuda"
@@ -92,46 +100,6 @@ def host_terms(profile: DeviceProfile) -> HostTerms:
         core=cpu.core if cpu else None,
         clock_ghz=cpu.max_ghz if cpu else None,
     )
-
-
-class Stack(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    backend: str | None = Field(description="the vlabench backend that runs this stack (None: scoring only)")
-    kernel_scheme: Literal["eager", "fused"]
-    host_bound: bool = Field(description="per-kernel cost is host time, so it scales with the device's host")
-    borrows: list[str] = Field(description="its parent stacks, nearest first: its prior is centred on the first")
-    rationale: str
-
-
-class Stacks(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stacks: list[Stack]
-
-
-@cache
-def stacks() -> dict[str, Stack]:
-    """The stacks of ``profiles/reported/stacks.yaml``, by name."""
-    return {s.name: s for s in load_packaged("reported", "stacks", Stacks, "software stacks").stacks}
-
-
-def get_stack(name: str) -> Stack:
-    known = stacks()
-    if name not in known:
-        raise unknown_name("stack", name, known)
-    return known[name]
-
-
-def stack_for_backend(backend: str) -> Stack | None:
-    return next((s for s in stacks().values() if s.backend == backend), None)
-
-
-def parent_stack(name: str) -> str | None:
-    """The stack whose parameters centre ``name``'s prior (None: a root)."""
-    borrows = get_stack(name).borrows
-    return borrows[0] if borrows else None
 
 
 @dataclass(frozen=True)
@@ -206,11 +174,33 @@ class HostModel(BaseModel):
         return float(np.exp(self.log_factor(terms))), (text or "the reference host") + note
 
 
+class ClassShares(BaseModel):
+    """Per device class, the logit offset of every stack's achieved share of peak and of bandwidth from the reference
+    class's (a desktop card): a Jetson's shared LPDDR5 and power-managed clocks, a datacenter card's HBM. A class with
+    no observation behind it stays at its prior mean, 0."""
+
+    share_logit: dict[str, float]
+    bandwidth_logit: dict[str, float]
+
+    def apply(self, share: float, bandwidth: float, device_class: str | None) -> tuple[float, float]:
+        """A stack's shares of peak and of bandwidth on a device of ``device_class`` (None: the reference's)."""
+        return (
+            _shifted(share, self.share_logit.get(device_class or "", 0.0)),
+            _shifted(bandwidth, self.bandwidth_logit.get(device_class or "", 0.0)),
+        )
+
+
+def _shifted(share: float, logit: float) -> float:
+    return float(_logistic(np.log(share / (1 - share)) + logit)) if share < 1 else share
+
+
 class FittedParameters(BaseModel):
-    """Per-stack parameters, the host model, and what they were fitted on."""
+    """Per-stack parameters, the device classes' offsets to their shares, the host model, and what they were fitted
+    on."""
 
     stacks: dict[str, StackParameters]
     kernel_gflop: float = Field(gt=0, description="device-side work-equivalent of one kernel: kernel_gflop / peak ms")
+    class_shares: ClassShares
     hosts: HostModel
     host_factor: dict[str, float] = Field(description="the host factor of every observed device, from ``hosts``")
     observations: list[str]
@@ -224,6 +214,11 @@ class FittedParameters(BaseModel):
         if found.observations:
             return found, f"fitted on {found.observations} published latencies of its own"
         return found, f"no published latency of its own: its parent {found.fitted_on}'s, through the stack prior"
+
+    def shares(self, stack: str, device_class: str | None) -> tuple[float, float]:
+        """``stack``'s achieved shares of peak and of bandwidth on a device of ``device_class``."""
+        own = self.stacks[stack]
+        return self.class_shares.apply(own.share_of_peak, own.share_of_bandwidth, device_class)
 
     def host(self, terms: HostTerms) -> tuple[float, str]:
         """The host factor of a device with these terms (1 for the reference class on CUDA without a board CPU)."""
@@ -248,6 +243,8 @@ class _Design:
         keys += sorted({("core", h.core) for h in hosts if h.core is not None})
         if any(h.core is not None for h in hosts):
             keys.append(("slope", ""))
+        classes = sorted({h.device_class for h in hosts if CLASS_PRIOR_SIGMA[h.device_class] is not None})
+        keys += [(kind, c) for kind in CLASS_SHARE_KINDS for c in classes]
         index |= {key: len(index) + i for i, key in enumerate(keys)}
         self.index = index
         self.size = len(index)
@@ -259,6 +256,10 @@ class _Design:
         self.peak = np.array([term.peak_tflops for _, term in terms])
         self.share_i = np.array([index[("share", term.stack)] for _, term in terms])
         self.bandwidth_i = np.array([index[("bandwidth", term.stack)] for _, term in terms])
+        none = self.size  # the index of a constant 0 appended to the parameters: the reference class's effect
+        device_classes = [observations[row].host.device_class for row, _ in terms]
+        self.class_share_i = np.array([index.get(("class share", c), none) for c in device_classes])
+        self.class_bandwidth_i = np.array([index.get(("class bandwidth", c), none) for c in device_classes])
         self.dispatch_i = np.array([index[("dispatch", term.stack)] for _, term in terms])
         self.host_on = np.array([get_stack(term.stack).host_bound for _, term in terms])
         host_rows = np.zeros((len(terms), self.size))
@@ -278,20 +279,28 @@ class _Design:
         rows: list[tuple[int, int | None, float, float]] = []
         for (kind, key), i in self.index.items():
             if kind in STACK_PARAMETERS:
-                parent = parent_stack(key)
+                parent = parent_stack(key, kind)
                 mean, sigma = PRIORS[kind]
                 rows.append(
                     (i, self.index[(kind, parent)] if parent else None, mean, CHILD_SIGMA[kind] if parent else sigma)
                 )
                 start[i] = mean
             else:
-                mean, sigma = (0.0, CLASS_PRIOR_SIGMA[key]) if kind == "class" else PRIORS[kind]
+                mean, sigma = (
+                    (0.0, CLASS_PRIOR_SIGMA[key])
+                    if kind == "class"
+                    else (0.0, CLASS_SHARE_SIGMA)
+                    if kind in CLASS_SHARE_KINDS
+                    else PRIORS[kind]
+                )
                 rows.append((i, None, mean, sigma))
                 start[i] = mean
         return start, rows
 
     def residuals_and_jacobian(self, x: np.ndarray, prior_rows) -> tuple[np.ndarray, np.ndarray]:
-        share, bandwidth = _logistic(x[self.share_i]), _logistic(x[self.bandwidth_i])
+        padded = np.append(x, 0.0)
+        share = _logistic(x[self.share_i] + padded[self.class_share_i])
+        bandwidth = _logistic(x[self.bandwidth_i] + padded[self.class_bandwidth_i])
         compute, memory = self.mixes.parts(share, bandwidth)
         host = np.where(self.host_on, np.exp(self.host_rows @ x), 1.0)
         dispatch = self.kernels * np.exp(x[self.dispatch_i]) * host
@@ -303,6 +312,10 @@ class _Design:
         at = np.arange(terms.size)
         np.add.at(jacobian_terms, (at, self.share_i), -compute * (1 - share))
         np.add.at(jacobian_terms, (at, self.bandwidth_i), -memory * (1 - bandwidth))
+        class_terms = np.zeros((terms.size, self.size + 1))
+        np.add.at(class_terms, (at, self.class_share_i), -compute * (1 - share))
+        np.add.at(class_terms, (at, self.class_bandwidth_i), -memory * (1 - bandwidth))
+        jacobian_terms += class_terms[:, : self.size]
         np.add.at(jacobian_terms, (at, self.dispatch_i), dispatch)
         jacobian_terms[:, self.index[("kernel", "")]] += device_side
         jacobian_terms += (dispatch * self.host_on)[:, None] * self.host_rows
@@ -327,7 +340,8 @@ def fit(observations: list[Observation]) -> FittedParameters:
     x = _levenberg_marquardt(lambda v: design.residuals_and_jacobian(v, prior_rows), start)
     index = design.index
     effects = {
-        kind: {k: float(x[i]) for (group, k), i in index.items() if group == kind} for kind in (*PRIORS, "class")
+        kind: {k: float(x[i]) for (group, k), i in index.items() if group == kind}
+        for kind in (*PRIORS, "class", *CLASS_SHARE_KINDS)
     }
     hosts = HostModel(
         class_effects=effects["class"],
@@ -348,6 +362,7 @@ def fit(observations: list[Observation]) -> FittedParameters:
             for s in design.stack_names
         },
         kernel_gflop=float(np.exp(x[index[("kernel", "")]])),
+        class_shares=ClassShares(share_logit=effects["class share"], bandwidth_logit=effects["class bandwidth"]),
         hosts=hosts,
         host_factor={o.device: hosts.factor(o.host)[0] for o in sorted(observations, key=lambda o: o.device)},
         observations=[o.label for o in observations],

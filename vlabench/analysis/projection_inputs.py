@@ -8,7 +8,7 @@ by its GPU clock and enabled TPCs, bandwidth by its memory clock) and the board 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 
 import numpy as np
@@ -21,11 +21,14 @@ from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import DeviceProfile, PowerMode, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
 from vlabench.models.workload import Workload
+from vlabench.vocab import Precision
 
 PHASES = ("vision", "prefill", "action", "e2e")
 STEPS = ("vision", "prefill", "action")
 PARTS = {"vision": ("vision",), "prefill": ("prefill",), "prefix": ("vision", "prefill"), "action": ("action",)}
 PARTS["e2e"] = STEPS
+ACTIVATION_PRECISIONS = ("fp32",)
+"""Precisions a stack may run its weightless operators at (``Stack.activation_precision``)."""
 """The projected phases each published phase sums (``prefix``: vision + prefill)."""
 
 
@@ -38,10 +41,19 @@ class Inputs:
     kernels: dict[str, dict[str, int]]
     peak_tflops: float
     host: HostTerms | None = None
+    activation_mixes: dict[str, dict[str, OperatorMix]] = field(default_factory=dict)
+    """activation precision -> phase -> the operators with their weightless ones at that precision (a stack's
+    ``activation_precision``), where the device has a peak at it"""
 
-    def floor_ms(self, phase: str, share: float = 1.0, bandwidth_share: float = 1.0) -> float:
+    def mix(self, phase: str, activation_precision: str | None = None) -> OperatorMix:
+        """One phase's operators, with the weightless ones at ``activation_precision`` when given and known."""
+        return self.activation_mixes.get(activation_precision or "", self.mixes)[phase]
+
+    def floor_ms(
+        self, phase: str, share: float = 1.0, bandwidth_share: float = 1.0, activation_precision: str | None = None
+    ) -> float:
         """The phase's roofline floor at these achieved shares (1 and 1: the datasheet floor); e2e sums them."""
-        return sum(self.mixes[name].floor_ms(share, bandwidth_share) for name in PARTS[phase])
+        return sum(self.mix(name, activation_precision).floor_ms(share, bandwidth_share) for name in PARTS[phase])
 
     @property
     def roofline_ms(self) -> dict[str, float]:
@@ -95,14 +107,15 @@ def model_inputs(
     peak = ceiling.peak_tflops * ((mode.compute_share or 1.0) if mode else 1.0)
     bandwidth = ceiling.bandwidth_gbs * ((mode.memory_share or 1.0) if mode else 1.0)
     facts = model_facts(spec, workload, precision)
-    repeats = {"vision": 1, "prefill": 1, "denoise_step": workload.steps}
-    named = {"vision": "vision", "prefill": "prefill", "denoise_step": "action"}
-    mixes = {
-        named[key]: OperatorMix.of(
-            [f * repeats[key] for f, _, _ in ops], [b * repeats[key] for _, b, _ in ops], peak, bandwidth
-        )
-        for key, ops in facts.operators.items()
-    }
+    mixes = _mixes(facts.operators, workload.steps, peak, bandwidth)
+    activation_mixes = {}
+    for name in ACTIVATION_PRECISIONS:
+        wide = datasheet_ceiling(profile, name)
+        if wide is not None and name != precision:
+            slowdown = ceiling.peak_tflops / wide.peak_tflops
+            widening = Precision.BYTES[name] / Precision.BYTES[precision]
+            operators = {phase: _weightless_scaled(ops, slowdown, widening) for phase, ops in facts.operators.items()}
+            activation_mixes[name] = _mixes(operators, workload.steps, peak, bandwidth)
     host = host_terms(profile)
     if mode is not None and mode.cpu_ghz is not None and host.clock_ghz is not None:
         host = HostTerms(host.device_class, host.launch_path, host.core, min(host.clock_ghz, mode.cpu_ghz))
@@ -111,7 +124,30 @@ def model_inputs(
         kernels={scheme: facts.kernels.per_phase(scheme, workload.steps) for scheme in ("eager", "fused")},
         peak_tflops=peak,
         host=host,
+        activation_mixes=activation_mixes,
     )
+
+
+def _weightless_scaled(
+    operators: list[tuple[float, float, float]], slowdown: float, widening: float
+) -> list[tuple[float, float, float]]:
+    """The operators with the weightless ones' FLOPs as their time at a ``slowdown`` times lower peak and their bytes
+    ``widening`` times wider (the operators with weights unchanged)."""
+    return [(f * slowdown, b * widening, w) if w == 0 else (f, b, w) for f, b, w in operators]
+
+
+def _mixes(
+    operators: dict[str, list[tuple[float, float, float]]], steps: int, peak: float, bandwidth: float
+) -> dict[str, OperatorMix]:
+    """Per phase (vision, prefill, action: ``steps`` denoising steps) the mix of its operators on this ceiling."""
+    repeats = {"vision": 1, "prefill": 1, "denoise_step": steps}
+    named = {"vision": "vision", "prefill": "prefill", "denoise_step": "action"}
+    return {
+        named[key]: OperatorMix.of(
+            [f * repeats[key] for f, _, _ in ops], [b * repeats[key] for _, b, _ in ops], peak, bandwidth
+        )
+        for key, ops in operators.items()
+    }
 
 
 @cache

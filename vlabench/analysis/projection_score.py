@@ -18,10 +18,9 @@ from vlabench.analysis.projection_fit import (
     Observation,
     Term,
     fit,
-    get_stack,
-    stacks,
 )
 from vlabench.analysis.projection_inputs import PARTS, PHASES, STEPS, Inputs, entry_inputs, model_inputs
+from vlabench.analysis.projection_stacks import get_stack, stacks
 from vlabench.analysis.reported import ReportedLatency, reported_latencies
 from vlabench.hardware.devices import load_device_profile
 
@@ -45,14 +44,19 @@ class PhaseProjection(BaseModel):
     parameters_source: str
 
 
-def phase_ms(inputs: Inputs, params: FittedParameters, stack: str, factor: float, phase: str) -> tuple[float, float]:
-    """(latency, device-busy time) of one phase (vision, prefill or action) run by ``stack``."""
+def phase_ms(
+    inputs: Inputs, params: FittedParameters, stack: str, factor: float, phase: str, device_class: str | None = None
+) -> tuple[float, float]:
+    """(latency, device-busy time) of one phase (vision, prefill or action) run by ``stack`` on a device of
+    ``device_class`` (None: the inputs' device's)."""
     definition = get_stack(stack)
     own, _ = params.for_stack(stack)
     kernels = inputs.kernels[definition.kernel_scheme][phase]
-    busy = inputs.floor_ms(phase, own.share_of_peak, own.share_of_bandwidth) + kernels * params.kernel_gflop / (
-        inputs.peak_tflops
-    )
+    if device_class is None and inputs.host is not None:
+        device_class = inputs.host.device_class
+    share, bandwidth = params.shares(stack, device_class)
+    floor = inputs.floor_ms(phase, share, bandwidth, definition.activation_precision)
+    busy = floor + kernels * params.kernel_gflop / inputs.peak_tflops
     host = factor if definition.host_bound else 1.0
     return busy + kernels * own.dispatch_us / 1e3 * host, busy
 
@@ -71,18 +75,19 @@ def project_phases(
     assert terms is not None, "inputs built without a device carry no host: pass one"
     factor, host_source = params.host(terms)
     chosen = {phase: _stack_of(phase, stack, phase_stacks or {}) for phase in STEPS}
-    timed = {phase: phase_ms(inputs, params, chosen[phase], factor, phase) for phase in STEPS}
+    timed = {phase: phase_ms(inputs, params, chosen[phase], factor, phase, terms.device_class) for phase in STEPS}
     phases = {phase: timed[phase][0] for phase in STEPS}
     phases["e2e"] = sum(phases.values())
     own, source = params.for_stack(stack)
+    share, bandwidth = params.shares(stack, terms.device_class)
     definition = get_stack(stack)
     kernels = {p: sum(inputs.kernels[get_stack(chosen[s]).kernel_scheme][s] for s in PARTS[p]) for p in PHASES}
     applied = factor if definition.host_bound else 1.0
     return PhaseProjection(
         phases_ms=phases,
         kernels=kernels,
-        share_of_peak=own.share_of_peak,
-        share_of_bandwidth=own.share_of_bandwidth,
+        share_of_peak=share,
+        share_of_bandwidth=bandwidth,
         dispatch_us=own.dispatch_us,
         host_factor=applied,
         busy_share=sum(busy for _, busy in timed.values()) / phases["e2e"],
@@ -129,7 +134,7 @@ def observations(entry: ReportedLatency) -> list[Observation]:
         terms = tuple(
             Term(
                 stack=entry.stack_of(part),
-                mix=inputs.mixes[part],
+                mix=inputs.mix(part, get_stack(entry.stack_of(part)).activation_precision),
                 kernels=inputs.kernels[get_stack(entry.stack_of(part)).kernel_scheme][part],
                 peak_tflops=inputs.peak_tflops,
             )

@@ -14,9 +14,10 @@ from pydantic import BaseModel, Field
 from vlabench.analysis.projected_rows import ProjectedRow
 from vlabench.analysis.projection import PRECISIONS, device_stacks, project_all
 from vlabench.analysis.projection_bands import Band, BandTable
-from vlabench.analysis.projection_fit import FittedParameters, get_stack, stacks
+from vlabench.analysis.projection_fit import FittedParameters
 from vlabench.analysis.projection_inputs import power_mode
 from vlabench.analysis.projection_score import fitted_model
+from vlabench.analysis.projection_stacks import get_stack, stacks
 from vlabench.atomic import atomic_write_text
 from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import load_device_profile

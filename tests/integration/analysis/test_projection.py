@@ -14,16 +14,20 @@ from vlabench.analysis.kernel_counts import count_kernels, fused_count
 from vlabench.analysis.operator_mix import MixStack, OperatorMix
 from vlabench.analysis.projection_fit import (
     REFERENCE_HOST_GHZ,
+    ClassShares,
     FittedParameters,
     HostModel,
     HostTerms,
     Observation,
     StackParameters,
     Term,
+    _Design,
     fit,
     host_terms,
 )
+from vlabench.analysis.projection_inputs import entry_inputs, workload_for
 from vlabench.analysis.projection_score import Inputs, project_phases, score_projections
+from vlabench.analysis.projection_stacks import get_stack, parent_stack
 from vlabench.analysis.reported import ReportedLatency
 from vlabench.analysis.roofline import analyze, datasheet_ceiling
 from vlabench.cli import app
@@ -82,8 +86,9 @@ def tiny_entries(monkeypatch):
     projection_score.fitted_parameters.cache_clear()  # in-process: the next module fits its own entries
 
 
-def params(jetson: float = 1.0, core: float = 1.0) -> FittedParameters:
-    """Parameters with a Jetson class factor ``jetson`` and a cortex-a78ae core factor ``core``, clock slope 1."""
+def params(jetson: float = 1.0, core: float = 1.0, jetson_odds: float = 1.0) -> FittedParameters:
+    """Parameters with a Jetson class factor ``jetson``, a cortex-a78ae core factor ``core``, clock slope 1, and the
+    Jetson class's shares at ``jetson_odds`` times every stack's odds."""
     return FittedParameters(
         stacks={
             "pytorch-eager": StackParameters(
@@ -97,6 +102,9 @@ def params(jetson: float = 1.0, core: float = 1.0) -> FittedParameters:
             ),
         },
         kernel_gflop=0.2,
+        class_shares=ClassShares(
+            share_logit={"jetson": math.log(jetson_odds)}, bandwidth_logit={"jetson": math.log(jetson_odds)}
+        ),
         hosts=HostModel(
             class_effects={"jetson": math.log(jetson)},
             path_effects={},
@@ -149,6 +157,42 @@ def test_a_phase_is_roofline_over_share_plus_kernels_times_dispatch_times_host_p
     mixed = project_phases(inputs, params(jetson=3.0), "pytorch-compiled", THOR, {"prefix": "pytorch-eager"})
     assert mixed.phases_ms["prefill"] == pytest.approx(eager.phases_ms["prefill"])
     assert mixed.phases_ms["action"] == pytest.approx(compiled.phases_ms["action"])
+    # a device class reaches its own shares: odds ×3 turn eager's 25% of peak into 50% and 50% of bandwidth into 75%,
+    # on a Jetson only
+    offset = project_phases(inputs, params(jetson=3.0, jetson_odds=3.0), "pytorch-eager", THOR)
+    assert (offset.share_of_peak, offset.share_of_bandwidth) == pytest.approx((0.5, 0.75))
+    assert offset.phases_ms["prefill"] == pytest.approx(20 / 0.5 + 2 / 0.75 + 200 * (10e-3 * 3.0 + device_ms))
+    desktop = project_phases(inputs, params(jetson_odds=3.0), "pytorch-eager", HostTerms("desktop-gpu", "cuda"))
+    assert desktop.phases_ms["prefill"] == pytest.approx(20 / 0.25 + 2 / 0.5 + 200 * (10e-3 + device_ms))
+
+
+def test_a_stack_with_fp32_activations_runs_its_weightless_operators_at_the_fp32_peak():
+    # vla.cpp's ggml keeps activations and attention in fp32: on an AGX Orin (bf16 peak 8x its fp32 peak) attention
+    # takes 8x its bf16 compute time and moves twice the bytes; operators with weights are unchanged
+    spec, workload = workload_for(load_model_spec("pi0"), 2, 10)
+    operators = projection_cache.model_facts(spec, workload, "bf16").operators["prefill"]
+    profile = load_device_profile("jetson-agx-orin-64gb")
+    slowdown = profile.peak_tflops["bf16"].value / profile.peak_tflops["fp32"].value
+    weighted = [(f, b) for f, b, w in operators if w]
+    weightless = [(f, b) for f, b, w in operators if not w]
+    assert sum(f for f, _ in weightless) > 0
+    inputs = entry_inputs("pi0", "jetson-agx-orin-64gb", "bf16", 2, 10)
+    wide = inputs.mix("prefill", "fp32")
+    assert wide.cum_flops[-1] == pytest.approx(sum(f for f, _ in weighted) + slowdown * sum(f for f, _ in weightless))
+    assert wide.cum_bytes[-1] == pytest.approx(sum(b for _, b in weighted) + 2 * sum(b for _, b in weightless))
+    assert inputs.floor_ms("prefill", activation_precision="fp32") > inputs.floor_ms("prefill")
+    assert entry_inputs("act", "jetson-agx-orin-64gb", "fp32", 1, 1).activation_mixes == {}  # nothing wider
+    # the ggml stack is such a stack; its shares are centred on eager PyTorch's (library kernels), its cost per
+    # kernel on tuned-kernels' (graph replay)
+    assert get_stack("ggml").activation_precision == "fp32"
+    assert (parent_stack("ggml", "share"), parent_stack("ggml", "dispatch")) == ("pytorch-eager", "tuned-kernels")
+    term = Term("ggml", wide, 100, 42.5)
+    design = _Design([Observation("x", "s", "jetson-agx-orin-64gb", host_terms(profile), (term,), 10.0)])
+    _, rows = design.prior()
+    parent_of = {i: parent for i, parent, _, _ in rows}
+    assert parent_of[design.index[("share", "ggml")]] == design.index[("share", "pytorch-eager")]
+    assert parent_of[design.index[("bandwidth", "ggml")]] == design.index[("bandwidth", "pytorch-eager")]
+    assert parent_of[design.index[("dispatch", "ggml")]] == design.index[("dispatch", "tuned-kernels")]
 
 
 def test_fused_stacks_launch_fewer_kernels_than_eager():
@@ -174,24 +218,32 @@ def test_an_operator_takes_the_longer_of_its_compute_and_memory_time_at_the_achi
 
 def test_the_fit_recovers_parameters_of_noiseless_data():
     truth = {"share": 0.4, "bandwidth": 0.7, "dispatch_ms": 0.02, "host": 5.0, "gflop": 0.5}
+    jetson_shares = (0.25, 0.5)  # a Jetson reaches less of its datasheet than a desktop card
     observations = []
     shapes = [(10.0, 2.0, 1000), (40.0, 1.0, 500), (5.0, 30.0, 4000), (80.0, 10.0, 3000), (2.0, 60.0, 800)]
     for i, (compute, memory, kernels) in enumerate(shapes):
         # each device at two precisions (two peaks): what separates host time from device-side kernel time
         peak = (165.0, 5.0)[i % 2]
         mix = OperatorMix.of([compute * peak * 1e9, 0.0], [0.0, memory * 1e9], peak, 1000.0)  # ms at 1000 GB/s
-        for device, host in (("rtx-4090", 1.0), ("jetson-thor", truth["host"])):
-            floor = compute / truth["share"] + memory / truth["bandwidth"]
+        for device, host, (share, bandwidth) in (
+            ("rtx-4090", 1.0, (truth["share"], truth["bandwidth"])),
+            ("jetson-thor", truth["host"], jetson_shares),
+        ):
+            floor = compute / share + memory / bandwidth
             ms = floor + kernels * (truth["dispatch_ms"] * host + truth["gflop"] / peak)
             terms = host_terms(load_device_profile(device))
             term = Term("pytorch-eager", mix, kernels, peak)
-            observations.append(Observation(f"{i} {device}", f"source {i}", device, terms, (term,), ms))
+            # each published ten times: enough data that the priors no longer pull the estimates
+            observations += [
+                Observation(f"{i} {device} {copy}", f"source {i}", device, terms, (term,), ms) for copy in range(10)
+            ]
     fitted = fit(observations)
     assert fitted.stacks["pytorch-eager"].share_of_peak == pytest.approx(truth["share"], rel=0.05)
     assert fitted.stacks["pytorch-eager"].share_of_bandwidth == pytest.approx(truth["bandwidth"], rel=0.05)
     assert fitted.stacks["pytorch-eager"].dispatch_us == pytest.approx(truth["dispatch_ms"] * 1e3, rel=0.05)
     assert fitted.host_factor["jetson-thor"] == pytest.approx(truth["host"], rel=0.05)
     assert fitted.kernel_gflop == pytest.approx(truth["gflop"], rel=0.05)
+    assert fitted.shares("pytorch-eager", "jetson") == pytest.approx(jetson_shares, rel=0.05)
 
 
 def test_leave_one_out_never_uses_the_held_out_entry():
