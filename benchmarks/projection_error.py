@@ -114,6 +114,14 @@ def main() -> None:
     hosts = model.parameters.hosts
     print(f"device-side work per kernel: {model.parameters.kernel_gflop:.3g} GFLOP-equivalent (time = that / peak)")
     print("host model (factors): " + "; ".join(host_effects(hosts)))
+    offsets = model.parameters.class_shares
+    print(
+        "device-class shares (odds relative to a desktop card): "
+        + "; ".join(
+            f"{name} ×{math.exp(value):.3g} peak, ×{math.exp(offsets.bandwidth_logit[name]):.3g} bandwidth"
+            for name, value in offsets.share_logit.items()
+        )
+    )
     if args.json_out:
         document = {
             "kind": "projection-error",

@@ -343,6 +343,12 @@ def render_projection_error(root: Path) -> str:
     effects += [f"{name} launch path ×{math.exp(v):.3g}" for name, v in hosts["path_effects"].items()]
     effects += [f"`{name}` core ×{math.exp(v):.3g}" for name, v in hosts["core_effects"].items()]
     factors = ", ".join(f"`{device}` ×{value:.3g}" for device, value in params["host_factor"].items())
+    offsets = params["class_shares"]
+    class_shares = "; ".join(
+        f"`{name}` ×{math.exp(offsets['share_logit'][name]):.3g} (peak), "
+        f"×{math.exp(offsets['bandwidth_logit'][name]):.3g} (bandwidth)"
+        for name in offsets["share_logit"]
+    )
     lines = [
         *headline,
         "",
@@ -364,6 +370,9 @@ def render_projection_error(root: Path) -> str:
             stack_rows,
             "lrrrrrlr",
         ),
+        "",
+        "Device classes' shares, fitted jointly: the odds of every stack's share of peak and of bandwidth on a "
+        f"class, relative to a desktop card's: {class_shares}.",
         "",
         "Host model, fitted jointly (log host factor = class + launch path + core + slope × log(reference clock / "
         f"host CPU clock)): {'; '.join(effects)}; clock slope {hosts['clock_slope']:.2f}. The host factors of the "
