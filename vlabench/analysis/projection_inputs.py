@@ -16,7 +16,7 @@ import numpy as np
 from vlabench.analysis.operator_mix import OperatorMix
 from vlabench.analysis.projection_cache import model_facts
 from vlabench.analysis.projection_fit import HostTerms, host_terms
-from vlabench.analysis.roofline import datasheet_ceiling
+from vlabench.analysis.roofline import Ceiling, datasheet_ceiling
 from vlabench.errors import InputError, unknown_name
 from vlabench.hardware.devices import DeviceProfile, PowerMode, load_device_profile
 from vlabench.models.specs import ModelSpec, load_model_spec
@@ -107,15 +107,16 @@ def model_inputs(
     peak = ceiling.peak_tflops * ((mode.compute_share or 1.0) if mode else 1.0)
     bandwidth = ceiling.bandwidth_gbs * ((mode.memory_share or 1.0) if mode else 1.0)
     facts = model_facts(spec, workload, precision)
-    mixes = _mixes(facts.operators, workload.steps, peak, bandwidth)
+    operators = facts.operators
+    if Precision.is_quantized(precision):
+        operators = _weightless_at(operators, _sixteen_bit(profile), ceiling.peak_tflops, precision)
+    mixes = _mixes(operators, workload.steps, peak, bandwidth)
     activation_mixes = {}
     for name in ACTIVATION_PRECISIONS:
-        wide = datasheet_ceiling(profile, name)
-        if wide is not None and name != precision:
-            slowdown = ceiling.peak_tflops / wide.peak_tflops
-            widening = Precision.BYTES[name] / Precision.BYTES[precision]
-            operators = {phase: _weightless_scaled(ops, slowdown, widening) for phase, ops in facts.operators.items()}
-            activation_mixes[name] = _mixes(operators, workload.steps, peak, bandwidth)
+        if name != precision:
+            wide = _weightless_at(facts.operators, datasheet_ceiling(profile, name), ceiling.peak_tflops, precision)
+            if wide is not facts.operators:
+                activation_mixes[name] = _mixes(wide, workload.steps, peak, bandwidth)
     host = host_terms(profile)
     if mode is not None and mode.cpu_ghz is not None and host.clock_ghz is not None:
         host = HostTerms(host.device_class, host.launch_path, host.core, min(host.clock_ghz, mode.cpu_ghz))
@@ -126,6 +127,23 @@ def model_inputs(
         host=host,
         activation_mixes=activation_mixes,
     )
+
+
+def _sixteen_bit(profile: DeviceProfile) -> Ceiling | None:
+    """The 16-bit ceiling a quantized run keeps its weightless operators at: bf16's, else fp16's."""
+    return datasheet_ceiling(profile, "bf16") or datasheet_ceiling(profile, "fp16")
+
+
+def _weightless_at(
+    operators: dict[str, list[tuple[float, float, float]]], wide: Ceiling | None, peak_tflops: float, precision: str
+) -> dict[str, list[tuple[float, float, float]]]:
+    """The operators with the weightless ones (attention scores and values) at ``wide``'s precision: FLOPs as their
+    time at its peak (in FLOPs at ``peak_tflops``), bytes on activations of its width; unchanged without ``wide``."""
+    if wide is None:
+        return operators
+    slowdown = peak_tflops / wide.peak_tflops
+    widening = Precision.BYTES[wide.precision] / Precision.BYTES[precision]
+    return {phase: _weightless_scaled(ops, slowdown, widening) for phase, ops in operators.items()}
 
 
 def _weightless_scaled(
