@@ -244,14 +244,16 @@ def render_hardware(root: Path) -> str:
         f"{doc['control_hz']:g} Hz ({doc['execution']})",
         "within the band of",
     ]
+    (quantile,) = {found["row"]["band_quantile"] for found in doc["rows"]}
     intro = (
         f"All figures **projected** (not measured) for the `{doc['stack']}` stack by `vlabench project`: per-operator "
         "roofline at the stack's fitted shares of peak compute and bandwidth + kernels × cost per kernel × the "
-        "device's host factor, fitted on the published latencies (`profiles/reported/latencies.yaml`); each device "
-        "in its class's host (a datacenter card in a server, a desktop card in a desktop). *GB on device*: the "
-        "memory a model may use (on a Jetson, what the OS and the CUDA context leave), against the model deployed by "
-        "the stack at the precision. *error band*: the split-conformal 80% quantile of the stack's "
-        "leave-one-source-out errors on the device's class; *within the band of*: "
+        "device's host factor, at its class's achieved shares, fitted on the published latencies "
+        "(`profiles/reported/latencies.yaml`); each device in its class's host (a datacenter card in a server, a "
+        "desktop card in a desktop). *GB on device*: the memory a model may use (on a Jetson, what the OS and the "
+        "CUDA context leave), against the model deployed by the stack at the precision. *error band*: the "
+        f"split-conformal {pct(quantile)} quantile of the stack's leave-one-source-out errors on the device's "
+        "class (from three sources or more); *within the band of*: "
         "the next faster device whose band overlaps this one's, so the two are not ranked apart. Rows are in "
         "projected order per model. The gate is per-step: one inference per control step."
     )

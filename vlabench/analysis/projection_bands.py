@@ -3,7 +3,9 @@
 A band is the split-conformal ``BAND_QUANTILE`` quantile of ``|reported - projected| / projected`` over held-out
 e2e entries, so a projection ``p`` with band ``b`` reads ``[p × (1 - b), p × (1 + b)]``. It is drawn from the
 entries of the row's stack on the row's device class when there are ``MIN_CELL`` of them, else from the stack's
-entries, else from every entry. A stack with fewer than ``MIN_STACK_ENTRIES`` published entries of its own is
+entries, else from every entry; a pool is used only when its entries come from ``MIN_SOURCES`` sources or more, since
+the entries of one source share its harness and err together (a pool of one source's entries is one observation of
+how far a source may lie, not many). A stack with fewer than ``MIN_STACK_ENTRIES`` published entries of its own is
 *uncalibrated*: it takes the band of every entry, never a tighter one of its own. A band's coverage is measured, not
 assumed: each source is held out in turn, its entries are given the band computed without that source, and the
 coverage is the share inside it.
@@ -16,9 +18,10 @@ from collections import defaultdict
 import numpy as np
 from pydantic import BaseModel, Field
 
-BAND_QUANTILE = 0.8
+BAND_QUANTILE = 0.85
 MIN_CELL = 5
 MIN_STACK_ENTRIES = 3
+MIN_SOURCES = 3
 EVERY = "every entry"
 
 
@@ -41,6 +44,7 @@ class BandTable(BaseModel):
     quantile: float = BAND_QUANTILE
     by_basis: dict[str, float] = Field(description="basis (a cell, a stack or every entry) -> band")
     counts: dict[str, int]
+    sources: dict[str, int] = Field(description="basis -> the sources its held-out entries come from")
     stack_entries: dict[str, int] = Field(description="published e2e entries of each stack's own")
     coverage: dict[str, float] = Field(
         description="basis -> share of the held-out entries of its pool (a cell, a stack, all) inside their own band"
@@ -51,9 +55,13 @@ class BandTable(BaseModel):
         if self.stack_entries.get(stack, 0) < MIN_STACK_ENTRIES:
             return EVERY
         cell = cell_key(stack, device_class)
-        if device_class is not None and self.counts.get(cell, 0) >= MIN_CELL:
+        if device_class is not None and self._pooled(cell, MIN_CELL):
             return cell
-        return stack if self.counts.get(stack, 0) >= MIN_STACK_ENTRIES else EVERY
+        return stack if self._pooled(stack, MIN_STACK_ENTRIES) else EVERY
+
+    def _pooled(self, basis: str, entries: int) -> bool:
+        """The basis has ``entries`` held-out entries or more, from ``MIN_SOURCES`` sources or more."""
+        return self.counts.get(basis, 0) >= entries and self.sources.get(basis, 0) >= MIN_SOURCES
 
     def band(self, stack: str, device_class: str | None = None) -> Band:
         basis = self.basis(stack, device_class)
@@ -70,16 +78,23 @@ def cell_key(stack: str, device_class: str | None) -> str:
     return f"{stack} on {device_class}"
 
 
-def _quantiles(errors: list[tuple[str, str, float]]) -> tuple[dict[str, float], dict[str, int]]:
-    """(stack, class, error) triples -> the quantile and the count per basis."""
+Row = tuple[str, str, float, str]
+"""A held-out e2e entry's stack, device class, band error and source."""
+
+
+def _quantiles(rows: list[Row]) -> dict:
+    """The quantile, the entry count and the source count per basis: ``BandTable`` fields."""
     groups: dict[str, list[float]] = defaultdict(list)
-    for stack, device_class, error in errors:
+    sources: dict[str, set[str]] = defaultdict(set)
+    for stack, device_class, error, source in rows:
         for key in (cell_key(stack, device_class), stack, EVERY):
             groups[key].append(error)
-    return (
-        {key: conformal_quantile(values) for key, values in groups.items()},
-        {key: len(values) for key, values in groups.items()},
-    )
+            sources[key].add(source)
+    return {
+        "by_basis": {key: conformal_quantile(values) for key, values in groups.items()},
+        "counts": {key: len(values) for key, values in groups.items()},
+        "sources": {key: len(names) for key, names in sources.items()},
+    }
 
 
 def conformal_quantile(errors: list[float], quantile: float = BAND_QUANTILE) -> float:
@@ -95,20 +110,19 @@ def band_table(scores: list, classes: dict[str, str]) -> BandTable:
     """The bands of held-out ``scores`` (``ProjectionScore``s; e2e ones count) with their nested coverage;
     ``classes`` maps each device to its class."""
     e2e = [s for s in scores if s.phase == "e2e"]
-    rows = [(s.entry.stack, classes[s.entry.device], band_error(s.reported_ms, s.projected_ms)) for s in e2e]
-    by_basis, counts = _quantiles(rows)
+    rows = [
+        (s.entry.stack, classes[s.entry.device], band_error(s.reported_ms, s.projected_ms), s.entry.source_group)
+        for s in e2e
+    ]
     stack_entries = defaultdict(int)
-    for stack, _, _ in rows:
+    for stack, _, _, _ in rows:
         stack_entries[stack] += 1
-    table = BandTable(
-        by_basis=by_basis, counts=counts, stack_entries=dict(stack_entries), coverage={}, overall_coverage=None
-    )
+    table = BandTable(**_quantiles(rows), stack_entries=dict(stack_entries), coverage={}, overall_coverage=None)
     inside: dict[str, list[bool]] = defaultdict(list)
     for group in {s.entry.source_group for s in e2e}:
         others = [row for row, s in zip(rows, e2e, strict=True) if s.entry.source_group != group]
-        held_basis, held_counts = _quantiles(others)
-        held = table.model_copy(update={"by_basis": held_basis, "counts": held_counts})
-        for (stack, device_class, error), score in zip(rows, e2e, strict=True):
+        held = table.model_copy(update=_quantiles(others))
+        for (stack, device_class, error, _), score in zip(rows, e2e, strict=True):
             value = held.by_basis.get(held.basis(stack, device_class))
             if score.entry.source_group != group or value is None:
                 continue

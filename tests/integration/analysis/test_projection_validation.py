@@ -132,21 +132,28 @@ def test_a_quantized_deployment_never_needs_more_than_its_16_bit_one(model):
 
 
 def test_a_band_is_the_conformal_quantile_and_its_coverage_is_measured_on_held_out_sources():
-    assert conformal_quantile([0.1, 0.2, 0.3, 0.4]) == 0.4  # rank ceil(5 * 0.8) = 4
-    assert conformal_quantile([0.05 * i for i in range(1, 11)]) == 0.45  # rank ceil(11 * 0.8) = 9
+    assert conformal_quantile([0.1, 0.2, 0.3, 0.4]) == 0.4  # rank ceil(5 * 0.85) = 5: past n, the largest
+    assert conformal_quantile([0.05 * i for i in range(1, 21)]) == pytest.approx(0.9)  # rank ceil(21 * 0.85) = 18
 
-    def score(group: str, reported: float) -> SimpleNamespace:
-        e = SimpleNamespace(stack="pytorch-eager", device="rtx-4090", source_group=group)
+    def score(group: str, reported: float, stack: str = "pytorch-eager") -> SimpleNamespace:
+        e = SimpleNamespace(stack=stack, device="rtx-4090", source_group=group)
         return SimpleNamespace(entry=e, phase="e2e", reported_ms=reported, projected_ms=100.0)
 
     # four sources near their projection, one far off: the far one falls outside the band the others give
     scores = [score(g, 100.0 + d) for g in "ABCD" for d in (5, 10)] + [score("E", 190.0), score("E", 195.0)]
     table = band_table(scores, {"rtx-4090": "desktop-gpu"})
     band = table.band("pytorch-eager", "desktop-gpu")
-    assert band.basis == "pytorch-eager on desktop-gpu" and band.value == pytest.approx(0.90)
+    assert band.basis == "pytorch-eager on desktop-gpu" and band.value == pytest.approx(0.95)  # rank 10 of 10
     assert table.overall_coverage == pytest.approx(0.8)  # every entry but source E's two
     assert table.band("openvino", "desktop-gpu").uncalibrated  # no entry of its own: every entry's band
     assert table.band("openvino", "desktop-gpu").basis == EVERY
+    # a pool of fewer than three sources is no pool: their entries err together, so a cell of two sources' five
+    # entries and a stack of those entries give way to every entry's band
+    tight = [score(g, 101.0) for g in "AB" for _ in range(3)]
+    spread = [score(s.entry.source_group, s.reported_ms, "tensorrt") for s in scores]
+    two_sources = band_table(tight + spread, {"rtx-4090": "desktop-gpu"})
+    assert two_sources.band("pytorch-eager", "desktop-gpu").basis == EVERY
+    assert two_sources.band("tensorrt", "desktop-gpu").basis == "tensorrt on desktop-gpu"
 
 
 def test_an_estimated_idle_power_says_so_and_widens_the_energy_band():
