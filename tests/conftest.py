@@ -1,3 +1,4 @@
+import functools
 import os
 from pathlib import Path
 
@@ -5,9 +6,17 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # Meta-World's camera renders headles
 
 import pytest
 import torch
+import typer.main
+import typer.testing
 
 from vlabench.models.specs import load_model_spec
 from vlabench.models.workload import Workload, initial_noise, synthetic_observation
+
+# typer's CliRunner builds the click command tree from the app's signatures at every invoke (about 40 ms for
+# vlabench's app on 2 cores: most of an invocation refused while parsing, and tests/integration/cli makes hundreds).
+# The tree depends only on the commands registered on the app, which no test changes after invoking it: build it
+# once per app. (typer.testing calls typer.main.get_command through this module-level name.)
+typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 @pytest.fixture(autouse=True)
