@@ -3,6 +3,10 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # Meta-World's camera renders headless; MuJoCo reads it on import
+# Inductor compiles generated C++ in-process, not in a pool of worker processes: on two cores shared by two test
+# workers the pool adds no parallelism, and it shuts down after 60 s idle, so each test that compiles again later
+# starts two fresh interpreters that import torch. Read when torch._inductor.config is imported; children inherit it.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest
 import torch
