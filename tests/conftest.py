@@ -1,5 +1,7 @@
+import fcntl
 import functools
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # Meta-World's camera renders headless; MuJoCo reads it on import
@@ -68,6 +70,15 @@ def make_host():
     return make
 
 
+@pytest.fixture
+def no_settling(monkeypatch):
+    """The estimated energy meter has no sensor to settle: energy windows measured in this process start without
+    ``measure.timing``'s one-second pause after the timed pass (a spawned child or a subprocess keeps it)."""
+    import vlabench.measure.timing
+
+    monkeypatch.setattr(vlabench.measure.timing, "SETTLE_S", 0.0)
+
+
 @pytest.fixture(scope="module")
 def cache_folder(tmp_path_factory):
     """One export cache per test module: each tiny model is exported (or quantized) once, not once per test."""
@@ -115,10 +126,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def results_dir(tmp_path_factory):
-    """The leaderboard's inputs: two real runs of smolvla-tiny and the edge cases derived from them (support.site)."""
+    """The leaderboard's inputs: two real runs of smolvla-tiny and the edge cases derived from them (support.site).
+    Built once per test session and shared by the xdist workers (``shared_folder``): tests only read it."""
     from tests.support.site import site_results
 
-    return site_results(tmp_path_factory.mktemp("site-results"))
+    return shared_folder(tmp_path_factory, "site-results", site_results)
+
+
+def shared_folder(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` once per test session, the folder then read by every xdist worker: the workers' temporary
+    folders share a parent, in which the first worker to take the lock builds while the others wait for it. A build
+    that failed leaves no mark of completion, so the next worker to ask builds anew (and fails the same way)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-N/, above each worker's popen-gwK/
+    folder, done = root / name, root / f"{name}.built"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
