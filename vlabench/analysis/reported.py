@@ -9,19 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vlabench.analysis.projection_stacks import get_stack
+from vlabench.errors import InputError
 from vlabench.yaml_data import load_packaged
 
-StackName = Literal[
-    "jax",
-    "pytorch-eager",
-    "pytorch-compiled",
-    "pytorch-compiled-max-autotune",
-    "tuned-kernels",
-    "tensorrt",
-    "ggml",
-    "onnxruntime",
-    "openvino",
-]
 ReportedPhase = Literal["vision", "prefill", "prefix", "action", "e2e"]
 """A published phase: ``prefix`` is vision + prefill where a source does not split them."""
 PREFIX_PARTS = ("vision", "prefill")
@@ -43,8 +34,8 @@ class ReportedLatency(BaseModel):
     chunk: int | None = Field(default=None, gt=0, description="actions per chunk the source states (None: the model's)")
     batch: int = Field(default=1, gt=0)
     power_mode: str | None = Field(default=None, description="the Jetson nvpmodel mode the source states")
-    stack: StackName
-    phase_stacks: dict[Literal["vision", "prefill", "prefix", "action"], StackName] = Field(
+    stack: str = Field(description="a stack of profiles/reported/stacks.yaml")
+    phase_stacks: dict[Literal["vision", "prefill", "prefix", "action"], str] = Field(
         default_factory=dict, description="a phase run by another stack than ``stack`` (prefix: vision and prefill)"
     )
     phases_ms: dict[ReportedPhase, float]
@@ -59,6 +50,15 @@ class ReportedLatency(BaseModel):
     source: str
     assumed: list[str] = Field(default_factory=list, description="workload knobs the source does not state")
     label: Literal["reported"] = "reported"
+
+    @model_validator(mode="after")
+    def _check_stacks(self) -> ReportedLatency:
+        for name in (self.stack, *self.phase_stacks.values()):
+            try:
+                get_stack(name)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _check_phases(self) -> ReportedLatency:
