@@ -38,11 +38,22 @@ def host_no_slower(a: DeviceProfile, b: DeviceProfile) -> bool:
 
 
 def at_least_as_fast_on_paper(a: ProjectedRow, b: ProjectedRow) -> bool:
-    """Dominance given peak, bandwidth and host."""
+    """Dominance given peak, bandwidth and host: each datasheet ceiling at least as high, both as it stands (a
+    kernel's device-side time) and at the share of it the row's stack reaches on its device's class (the fitted class
+    offsets: a datacenter card is not assumed to reach a desktop card's share of its datasheet on a batch-1 policy),
+    and a host at least as fast."""
+    params = fitted_model().parameters
     pa, pb = load_device_profile(a.device), load_device_profile(b.device)
+    peak = (pa.peak_tflops[a.precision].value, pb.peak_tflops[b.precision].value)
+    bandwidth = (pa.bandwidth_gbs.value, pb.bandwidth_gbs.value)
+    (peak_share_a, bandwidth_share_a), (peak_share_b, bandwidth_share_b) = (
+        params.shares(row.stack, profile.device_class) for row, profile in ((a, pa), (b, pb))
+    )
     return (
-        pa.peak_tflops[a.precision].value >= pb.peak_tflops[b.precision].value
-        and pa.bandwidth_gbs.value >= pb.bandwidth_gbs.value
+        peak[0] >= peak[1]
+        and bandwidth[0] >= bandwidth[1]
+        and peak[0] * peak_share_a >= peak[1] * peak_share_b
+        and bandwidth[0] * bandwidth_share_a >= bandwidth[1] * bandwidth_share_b
         and host_no_slower(pa, pb)
     )
 
