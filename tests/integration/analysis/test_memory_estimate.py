@@ -1,6 +1,6 @@
 """The memory estimate against what runs really use: each workload runs in its own child process, whose peak RSS
-(``VmHWM``) minus the peak of a child that only plans the same run (interpreter, torch, vlabench, the planner:
-everything up to the fit check) is what the run added. The estimate must never be below that, and at most
+(``VmHWM``) minus its peak once it has only planned the run (interpreter, torch, vlabench, the planner: everything up
+to the fit check, read before the run starts) is what the run added. The estimate must never be below that, and at most
 ``MAX_OVER`` times it. Absurd workloads are refused (exit 4, or 2 when a range check fires first) before any
 allocation: their child never grows past ``REFUSAL_RSS``."""
 
@@ -25,8 +25,8 @@ FLOOR = 32 * MIB  # below this a run's RSS increment over planning is not a meas
 
 CHILD = textwrap.dedent(
     """
-    import json, resource, sys
-    mode, settings = sys.argv[1], json.loads(sys.argv[2])
+    import json, sys
+    settings = json.loads(sys.argv[1])
     import vlabench.commands.run as run
     import vlabench.commands.run.plan as planning
     from vlabench.commands.run import save_result
@@ -40,15 +40,17 @@ CHILD = textwrap.dedent(
             action = spec.action.model_copy(update={"chunk": chunk, "actions_per_chunk": chunk})
             return spec.model_copy(update={"action": action})
         planning.load_model_spec = variant
+    def high_water_mark():  # VmHWM: this process's own (ru_maxrss would carry the parent's from before exec)
+        status = open("/proc/self/status").read()
+        return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
     config = RunConfig(**settings)
     plans, _ = run.plan_runs(config)
-    if mode == "run":
-        for result in run.execute_many(plans):
-            save_result(result, config.out)
-    # VmHWM: this process's own high-water mark (ru_maxrss would carry the parent's from before exec)
-    status = open("/proc/self/status").read()
-    peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
-    print(json.dumps({"estimate": sum(plan.footprint.total_bytes for plan in plans), "peak": peak}))
+    planned = high_water_mark()  # the peak of a process that only planned this run
+    for result in run.execute_many(plans):
+        save_result(result, config.out)
+    estimate = sum(plan.footprint.total_bytes for plan in plans)
+    print(json.dumps({"estimate": estimate, "planned": planned, "peak": high_water_mark()}))
     """
 )
 WORKLOADS = [
@@ -61,20 +63,15 @@ WORKLOADS = [
 ]
 
 
-def child(mode: str, settings: dict) -> dict:
+def measure(workload: dict, out: str) -> tuple[int, int]:
+    """(estimate, peak RSS the run added over planning it), from one child that plans, then runs."""
+    settings = {**FAST_RUN.fields(device="cpu"), **workload, "out": out}
     process = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, json.dumps(settings)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", CHILD, json.dumps(settings)], capture_output=True, text=True, timeout=600
     )
     assert process.returncode == 0, process.stderr[-3000:]
-    return json.loads(process.stdout.strip().splitlines()[-1])
-
-
-def measure(workload: dict, out: str) -> tuple[int, int]:
-    """(estimate, peak RSS the run added over planning it)."""
-    settings = {**FAST_RUN.fields(device="cpu"), **workload, "out": out}
-    baseline = child("plan", settings)["peak"]
-    run = child("run", settings)
-    return run["estimate"], run["peak"] - baseline
+    run = json.loads(process.stdout.strip().splitlines()[-1])
+    return run["estimate"], run["peak"] - run["planned"]
 
 
 def test_the_estimate_covers_the_peak_rss_of_every_workload_within_a_factor(tmp_path):
