@@ -48,6 +48,9 @@ def dry_run(tmp_path_factory):
         "DEVICE_CHECK_PROFILE_MODELS": "pi0-tiny",
         "DEVICE_CHECK_ROOFLINE": "one",
         "DEVICE_CHECK_FAIL_STEP": "run_smolvla-tiny_base",
+        # one intra-op thread per vlabench child, as in-process tests run (tests/conftest.py): two threads on two
+        # cores that the other test worker also uses oversubscribe them and make every timed step crawl
+        "OMP_NUM_THREADS": "1",
     }
     completed = subprocess.run(
         ["bash", str(RUN), "--dry-run"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
