@@ -126,8 +126,8 @@ class InputPipeline:
         frames = raw.frames.to(self.device, non_blocking=True)
         images = self.pixels(frames.flatten(0, 1).permute(0, 3, 1, 2).float().div_(255.0))
         state = (raw.state.to(self.device) - self.state_mean) / self.state_std
-        return Observation(
-            images=images.unflatten(0, frames.shape[:2]).to(self.dtype),
+        return Observation(  # contiguous, as synthetic observations are: a compiled policy's guards see one layout
+            images=images.unflatten(0, frames.shape[:2]).to(self.dtype).contiguous(),
             language_tokens=tokens,
             language_mask=mask,
             state=state.to(self.dtype),

@@ -88,7 +88,7 @@ def synthetic_observation(
     height, width, batch = workload.image_size, workload.image_width or workload.image_size, workload.batch
     images = torch.rand(batch, workload.cameras * workload.frames, 3, height, width, generator=generator) * 2 - 1
     tokens = torch.randint(0, spec.token_vocab, (batch, workload.language_tokens), generator=generator)
-    mask = (torch.arange(workload.language_tokens) < workload.language_valid_tokens).expand(batch, -1)
+    mask = (torch.arange(workload.language_tokens) < workload.language_valid_tokens).repeat(batch, 1)
     state = torch.randn(batch, workload.frames * workload.state_dim, generator=generator)
     return Observation(
         images=images.to(device=device, dtype=dtype),

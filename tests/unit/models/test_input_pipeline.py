@@ -38,6 +38,9 @@ def test_every_family_gets_what_its_replica_takes(name):
     for field in ("images", "language_tokens", "language_mask", "state"):
         made, expected = getattr(obs, field), getattr(reference, field)
         assert made.shape == expected.shape and made.dtype == expected.dtype, field
+        # the same memory layout too: a policy compiled on synthetic inputs guards on strides, and a pipelined input
+        # laid out otherwise is recompiled on its first call, outside the settings its preparation compiled under
+        assert made.stride() == expected.stride(), field
     if workload.language_tokens:
         assert int(obs.language_tokens.min()) >= 0 and int(obs.language_tokens.max()) < spec.token_vocab
         assert 0 < int(obs.language_mask.sum()) <= workload.language_tokens
