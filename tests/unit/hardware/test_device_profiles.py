@@ -46,6 +46,7 @@ IDENTIFICATIONS = [
     ("cuda_name", "NVIDIA GeForce RTX 4090", "rtx-4090"),
     ("cuda_name", "NVIDIA GeForce RTX 5090", "rtx-5090"),
     ("cuda_name", "NVIDIA GeForce RTX 3090", "rtx-3090"),
+    ("cuda_name", "NVIDIA GeForce RTX 3060", "rtx-3060"),
     ("cuda_name", "NVIDIA GB10", "dgx-spark"),  # nvidia-smi on a DGX Spark
     ("cpu_model", "11th Gen Intel(R) Core(TM) i7-11700 @ 2.50GHz", "intel-core-i7-11700"),
     ("cpu_model", "11th Gen Intel(R) Core(TM) i7-11700F @ 2.50GHz", "intel-core-i7-11700"),
@@ -65,6 +66,8 @@ FOREIGN = [
     ("cuda_name", "NVIDIA GeForce RTX 4090 D"),
     ("cuda_name", "NVIDIA GeForce RTX 4090 Laptop GPU"),
     ("cuda_name", "NVIDIA GeForce RTX 3090 Ti"),
+    ("cuda_name", "NVIDIA GeForce RTX 3060 Ti"),
+    ("cuda_name", "NVIDIA GeForce RTX 3060 Laptop GPU"),
     ("cuda_name", "NVIDIA RTX A2000"),
     ("cpu_model", "11th Gen Intel(R) Core(TM) i7-11700K @ 3.60GHz"),
     ("cpu_model", "Intel(R) Core(TM) Ultra 7 155U"),
