@@ -71,12 +71,12 @@ def make_host():
 
 
 @pytest.fixture
-def no_settling(monkeypatch):
-    """The estimated energy meter has no sensor to settle: energy windows measured in this process start without
-    ``measure.timing``'s one-second pause after the timed pass (a spawned child or a subprocess keeps it)."""
-    import vlabench.measure.timing
+def no_settling():
+    """``support.fast_run.no_settling`` for one test."""
+    from tests.support.fast_run import no_settling
 
-    monkeypatch.setattr(vlabench.measure.timing, "SETTLE_S", 0.0)
+    with no_settling():
+        yield
 
 
 @pytest.fixture(scope="module")

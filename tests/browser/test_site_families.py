@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import vlabench.measure.timing
+from tests.support.fast_run import no_settling
 from tests.support.paths import ROOT
 from tests.support.site import Tab
 from vlabench.cli.app import app
@@ -58,8 +58,7 @@ def results(fast_run, tmp_path_factory) -> dict[str, Path]:
     """One real `vlabench run` result per tiny model, i.e. per family."""
     folder = tmp_path_factory.mktemp("family-results")
     written = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(vlabench.measure.timing, "SETTLE_S", 0.0)  # estimated energy has no sensor to settle
+    with no_settling():
         for model in FAMILIES:
             config = fast_run.config(model=model, energy_meter="estimated", energy_window_s=1.0, idle_window_s=0.1)
             written[model] = write_result(execute(plan_run(config)), folder)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import vlabench.measure.timing
+from tests.support.fast_run import no_settling
 from tests.support.result_variants import STATS, with_power, with_time_scaled
 from vlabench.commands.run import execute, plan_run
 from vlabench.measure.stats import summarize
@@ -33,8 +33,7 @@ def measured(fast_run) -> RunResult:
         price_usd=500,
         energy_meter="estimated",
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(vlabench.measure.timing, "SETTLE_S", 0.0)  # estimated energy has no sensor to settle
+    with no_settling():
         return execute(plan_run(config))
 
 
