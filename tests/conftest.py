@@ -70,15 +70,6 @@ def make_host():
     return make
 
 
-@pytest.fixture
-def no_settling():
-    """``support.fast_run.no_settling`` for one test."""
-    from tests.support.fast_run import no_settling
-
-    with no_settling():
-        yield
-
-
 @pytest.fixture(scope="module")
 def cache_folder(tmp_path_factory):
     """One export cache per test module: each tiny model is exported (or quantized) once, not once per test."""

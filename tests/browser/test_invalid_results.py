@@ -11,7 +11,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.support.fast_run import no_settling
 from tests.support.site import Tab, board_data
 from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
@@ -71,8 +70,7 @@ def folders(fast_run, tmp_path_factory) -> dict[str, Path]:
     good, bad = plan_run(config), plan_run(config)
     object.__setattr__(good, "backend", GatedTorch(returns_nan=False))
     object.__setattr__(bad, "backend", GatedTorch(returns_nan=True))
-    with no_settling():
-        passing, broken = execute_many([good, bad])
+    passing, broken = execute_many([good, bad])
     assert passing.valid and passing.correctness.relative_error == 0 and passing.config_hash == broken.config_hash
     written = {"base": write_result(passing, root / "base"), "nan": write_result(broken, root / "nan")}
     legacy = json.loads(written["nan"].read_text())

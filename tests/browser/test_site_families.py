@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.fast_run import no_settling
 from tests.support.paths import ROOT
 from tests.support.site import Tab
 from vlabench.cli.app import app
@@ -58,10 +57,9 @@ def results(fast_run, tmp_path_factory) -> dict[str, Path]:
     """One real `vlabench run` result per tiny model, i.e. per family."""
     folder = tmp_path_factory.mktemp("family-results")
     written = {}
-    with no_settling():
-        for model in FAMILIES:
-            config = fast_run.config(model=model, energy_meter="estimated", energy_window_s=1.0, idle_window_s=0.1)
-            written[model] = write_result(execute(plan_run(config)), folder)
+    for model in FAMILIES:
+        config = fast_run.config(model=model, energy_meter="estimated", energy_window_s=1.0, idle_window_s=0.1)
+        written[model] = write_result(execute(plan_run(config)), folder)
     return written
 
 

@@ -3,12 +3,6 @@ minimum duration, one intra-op thread and no energy meter. Tests take it through
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import pytest
-
-import vlabench.measure.timing
 from vlabench.config import RunConfig
 
 SETTINGS = {"warmup": 1, "min_iterations": 2, "min_duration_s": 0.0, "threads": 1, "energy_meter": "none"}
@@ -38,12 +32,3 @@ class FastRun:
 
 FAST_RUN = FastRun()
 """The one instance: tests take it as the ``fast_run`` fixture; helpers that no fixture reaches import it."""
-
-
-@contextmanager
-def no_settling() -> Iterator[None]:
-    """In-process runs whose energy is estimated start their energy windows without ``measure.timing``'s one-second
-    pause after the timed pass: the estimate has no sensor to settle (a spawned child or a subprocess keeps it)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(vlabench.measure.timing, "SETTLE_S", 0.0)
-        yield

@@ -21,6 +21,13 @@ from vlabench.vocab import Phase
 
 Progress = Callable[[int, int], None]
 SETTLE_S = 1.0
+"""Pause before an energy pass, so clocks and a sensor's averaged readings leave the timing pass behind."""
+
+
+def settling_pause_s(meter: EnergyMeter) -> float:
+    """The pause before ``meter``'s first window: ``SETTLE_S`` for a sensor, none for an estimate (its utilization is
+    this process's CPU time per interval, counted exactly: nothing trails the timing pass)."""
+    return SETTLE_S if meter.label == "measured" else 0.0
 
 
 @dataclass(frozen=True)
@@ -235,12 +242,11 @@ class EnergyWindows:
 
 
 def measure_energy(contender: Contender, meter: EnergyMeter, window_s: float, idle_s: float) -> EnergyWindows:
-    """A pass of its own (no profiler, no phase spans): after a settling pause so clocks and averaged sensors leave
-    the timing pass behind, idle power first, then whole inferences (with the input pipeline when it is timed) for
-    ≥ window_s."""
+    """A pass of its own (no profiler, no phase spans): after a settling pause for a sensor (``settling_pause_s``),
+    idle power first, then whole inferences (with the input pipeline when it is timed) for ≥ window_s."""
     policy = contender.policy
     policy.synchronize()
-    time.sleep(SETTLE_S)
+    time.sleep(settling_pause_s(meter))
     meter.start()
     time.sleep(idle_s)
     idle = meter.stop()

@@ -28,7 +28,6 @@ def fresh_dynamo():
 
 
 ENERGY = ["--energy-meter", "estimated", "--energy-window", "1", "--idle-window", "0.1"]
-pytestmark = pytest.mark.usefixtures("no_settling")  # the runs here measure energy by estimate, or not at all
 
 
 def run_json(*args: str) -> RunResult:

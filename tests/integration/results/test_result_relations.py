@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fast_run import no_settling
 from tests.support.result_variants import STATS, with_power, with_time_scaled
 from vlabench.commands.run import execute, plan_run
 from vlabench.measure.stats import summarize
@@ -33,8 +32,7 @@ def measured(fast_run) -> RunResult:
         price_usd=500,
         energy_meter="estimated",
     )
-    with no_settling():
-        return execute(plan_run(config))
+    return execute(plan_run(config))
 
 
 def test_the_real_run_satisfies_every_relation(measured):

@@ -40,7 +40,7 @@ def test_unknown_meter_suggests_the_closest(make_host):
         choose_meter("tegrastat", load_device_profile("generic-x86-cpu"), make_host())
 
 
-def test_run_reports_estimated_energy_cost_and_feasibility(fast_run, tmp_path, no_settling):
+def test_run_reports_estimated_energy_cost_and_feasibility(fast_run, tmp_path):
     config = fast_run.config(
         model="smolvla-tiny", energy_meter="estimated", energy_window_s=1.0, idle_window_s=0.3, price_usd=500.0
     )
@@ -99,7 +99,7 @@ def test_requesting_a_missing_sensor_exits_3(tmp_path):
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_rank_command_ranks_a_results_folder(fast_run, tmp_path, no_settling):
+def test_rank_command_ranks_a_results_folder(fast_run, tmp_path):
     out = tmp_path / "results"
     for model in ("smolvla-tiny", "pi0-tiny"):
         args = ["run", "--model", model, "--energy-meter", "estimated", "--energy-window", "1", "--idle-window", "0.2"]

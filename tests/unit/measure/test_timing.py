@@ -5,7 +5,9 @@ import vlabench.measure.timing
 from vlabench.backends import get_backend
 from vlabench.measure.action_loops import EulerLoop
 from vlabench.measure.stats import summarize
-from vlabench.measure.timing import RunnerSettings, SpanRecorder, measure
+from vlabench.measure.timing import RunnerSettings, SpanRecorder, measure, settling_pause_s
+from vlabench.telemetry.energy.estimated import EstimatedMeter
+from vlabench.telemetry.energy.select import METER_CLASSES
 from vlabench.vocab import Phase
 
 
@@ -138,3 +140,11 @@ def test_a_fused_loop_replaces_the_action_loop_and_its_step_spans(prepared_tiny)
     assert len(calls) == 1 + 2 * 2  # warm-up, then a phased and a plain inference per iteration
     assert not any(name.startswith("denoise_step[") for name in result.samples_ms)
     assert len(result.samples_ms["action"]) == 2
+
+
+@pytest.mark.parametrize("meter_class", METER_CLASSES, ids=lambda cls: cls.__name__)
+def test_only_a_sensor_waits_for_the_timing_pass_to_settle_before_its_energy_windows(meter_class):
+    meter = object.__new__(meter_class)  # the label is the class's; no sensor is opened
+    expected = vlabench.measure.timing.SETTLE_S if meter_class.label == "measured" else 0.0
+    assert settling_pause_s(meter) == expected
+    assert (expected > 0) == (meter_class is not EstimatedMeter)  # the estimate is the one meter with no sensor
