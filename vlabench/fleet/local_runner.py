@@ -4,10 +4,12 @@ on a cluster), results promoted into the results folder with a journal that make
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timedelta, timezone
@@ -33,6 +35,13 @@ def scratch_folder(out: Path) -> Path:
     return out / JOURNAL_DIR / SCRATCH_DIR
 
 
+_HELD: set[str] = set()
+"""The sweep locks this process holds. A POSIX record lock (``lockf``) is not inherited by a forked child, so a
+child that a killed sweep left between fork and exec cannot keep the folder locked; but it neither conflicts within
+one process nor survives closing any descriptor of its file here, so this process checks its own locks first."""
+_HELD_GUARD = threading.Lock()
+
+
 class SweepStore:
     """The results folder plus the sweep journal in ``<out>/.sweep/``, held under an exclusive lock.
 
@@ -46,24 +55,44 @@ class SweepStore:
         self.journal = out / JOURNAL_DIR
         self.scratch = scratch_folder(out)
         self._lock: int | None = None
+        self._lock_path = ""
 
     def __enter__(self) -> SweepStore:
+        lock_path = os.path.realpath(self.journal / "lock")
+        with _HELD_GUARD:
+            if lock_path in _HELD:
+                raise VlabenchError(self._busy())
+            try:
+                self.journal.mkdir(parents=True, exist_ok=True)
+                self._lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise VlabenchError(f"cannot write to {self.out}: {exc.strerror or exc}") from None
+            try:
+                fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(self._lock)
+                self._lock = None
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    raise VlabenchError(self._busy()) from None
+                raise VlabenchError(f"cannot lock {lock_path}: {exc.strerror or exc}") from None
+            _HELD.add(lock_path)
+            self._lock_path = lock_path
         try:
-            self.journal.mkdir(parents=True, exist_ok=True)
-            self._lock = os.open(self.journal / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise VlabenchError(f"cannot write to {self.out}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock)
-            raise VlabenchError(f"another sweep is writing into {self.out}; wait for it or use another --out") from None
-        self._recover()
+            self._recover()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
-            os.close(self._lock)
+            with _HELD_GUARD:
+                os.close(self._lock)
+                _HELD.discard(self._lock_path)
+            self._lock = None
+
+    def _busy(self) -> str:
+        return f"another sweep is writing into {self.out}; wait for it or use another --out"
 
     def marker_path(self, key: str) -> Path:
         return self.journal / f"{key}{MARKER_SUFFIX}"

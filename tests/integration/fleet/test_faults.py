@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import json
 import os
 import signal
@@ -30,8 +31,9 @@ from vlabench.backends import BACKENDS
 from vlabench.backends.torch.backend import TorchBackend, TorchPolicy
 from vlabench.cli.app import app
 from vlabench.commands.run import ConfiguredRun, Subprocess, save_result
+from vlabench.commands.run.subprocess_launcher import ORPHANED_EXIT_CODE, die_with_parent
 from vlabench.config import RunConfig
-from vlabench.errors import InputError, UnavailableError
+from vlabench.errors import InputError, UnavailableError, VlabenchError
 from vlabench.fleet.local_runner import STAGED_SUFFIX, SweepStore
 from vlabench.fleet.ray_dispatch import probe_address
 from vlabench.fleet.sweep_file import expand, parse_sweep
@@ -347,6 +349,65 @@ def test_a_killed_sweeps_work_folders_stay_in_its_journal_and_go_at_the_next_sta
     assert len(list(scratch.iterdir())) == 1
     with SweepStore(out):
         assert list(scratch.iterdir()) == []
+
+
+FORKED_HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from vlabench.fleet.local_runner import SweepStore
+    store = SweepStore(Path(sys.argv[1])).__enter__()
+    child = os.fork()
+    if child == 0:  # a child caught between fork and exec when its sweep dies: it still has the lock's descriptor
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)  # the test's pipes close when its parent dies
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    os.kill(os.getpid(), 9)
+    """
+)
+
+
+def test_a_child_forked_by_a_killed_sweep_does_not_keep_its_folder_locked(tmp_path):
+    killed = subprocess.run([sys.executable, "-c", FORKED_HOLDER, str(tmp_path)], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    child = int(killed.stdout)
+    try:
+        os.kill(child, 0)  # the forked child outlives its sweep
+        with SweepStore(tmp_path) as store:
+            assert store.journal.is_dir()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_a_refused_second_store_in_one_process_leaves_the_first_locked_against_others(tmp_path):
+    other = "import sys, pathlib; from vlabench.fleet.local_runner import SweepStore as S; "
+    other += "S(pathlib.Path(sys.argv[1])).__enter__()"
+    with SweepStore(tmp_path):
+        with pytest.raises(VlabenchError, match="another sweep is writing"), SweepStore(tmp_path):
+            pass
+        refused = subprocess.run([sys.executable, "-c", other, str(tmp_path)], capture_output=True, text=True)
+        assert refused.returncode != 0 and "another sweep is writing" in refused.stderr
+    with SweepStore(tmp_path):  # released on exit
+        pass
+
+
+def test_a_child_whose_launcher_died_before_it_armed_the_death_signal_never_runs_its_command(tmp_path):
+    ran = tmp_path / "ran"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"],
+        preexec_fn=functools.partial(die_with_parent, int(gone.stdout)),  # as if that launcher had died
+    )
+    assert child.wait() == ORPHANED_EXIT_CODE
+    assert not ran.exists()
+    mine = subprocess.Popen(
+        [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"],
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),
+    )
+    assert mine.wait() == 0 and ran.exists()
 
 
 def test_a_work_folder_of_a_killed_remote_run_is_removed_from_the_system_temp(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -27,6 +28,8 @@ from vlabench.results.launch_outcome import LaunchOutcome
 CHILD_PREFIX = "vlabench-sweep-"
 PR_SET_PDEATHSIG = 1
 STDERR_TAIL_CHARS = 4000
+ORPHANED_EXIT_CODE = 128 + signal.SIGKILL
+"""A child whose launcher died before it could arm ``PR_SET_PDEATHSIG`` exits as if that signal had come."""
 ERRORS_BY_EXIT_CODE = {
     error.exit_code: error.__name__
     for error in (errors.InputError, errors.UnavailableError, errors.InsufficientMemoryError)
@@ -34,10 +37,13 @@ ERRORS_BY_EXIT_CODE = {
 """The vlabench errors a child's exit code names without doubt (exit 1 is also an unexpected crash)."""
 
 
-def die_with_parent() -> None:
-    """In the child (Linux): receive SIGKILL when the launching process dies, so no orphan keeps running."""
+def die_with_parent(parent: int) -> None:
+    """In the child (Linux): receive SIGKILL when the launching process ``parent`` dies, so no orphan keeps running;
+    a parent that died before the signal was armed (between fork and here) ends the child at once."""
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(ORPHANED_EXIT_CODE)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -87,7 +93,7 @@ class Subprocess:
                     stdout=subprocess.DEVNULL,
                     stderr=stderr,
                     start_new_session=True,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),
                 )
                 try:
                     code = process.wait(timeout=self.timeout_s)
